@@ -1,0 +1,343 @@
+"""Configuration: dataclasses with one documented field each, strict YAML load/save.
+
+Every field is documented once, here, by `_f(default, "doc")`; docs/configuration.md is generated
+from these docs (`python -m myxtts.config --markdown`). YAML presets in configs/ override only
+what differs. Unknown keys and wrong types are errors that name the key and the file.
+This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import typing
+from typing import Any, Dict, List, Mapping, Optional
+
+import yaml
+
+from myxtts.errors import MyXTTSError
+
+
+class ConfigError(MyXTTSError, ValueError):
+    """A configuration problem; the message names the key and the file or flag."""
+
+
+def _f(default, doc: str):
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default),
+                                 metadata={"doc": doc})
+    return dataclasses.field(default=default, metadata={"doc": doc})
+
+
+@dataclasses.dataclass
+class DataConfig:
+    """Dataset reading, validation, audio features and batching."""
+
+    sample_rate: int = _f(22050, "Audio sample rate in Hz; other rates are resampled (counted).")
+    n_fft: int = _f(1024, "FFT size of the STFT.")
+    hop_length: int = _f(256, "STFT hop in samples (one mel frame per hop).")
+    win_length: int = _f(1024, "STFT window length in samples (Hann window).")
+    n_mels: int = _f(80, "Number of mel bands.")
+    fmin: float = _f(0.0, "Lowest mel filter frequency in Hz.")
+    fmax: float = _f(8000.0, "Highest mel filter frequency in Hz.")
+    mel_floor: float = _f(1e-5, "Magnitude floor before log10, avoids log(0).")
+    trim_silence: bool = _f(False, "Trim leading/trailing silence below trim_top_db.")
+    trim_top_db: float = _f(40.0, "Silence threshold in dB below the peak, for trimming.")
+    normalize_loudness: bool = _f(False, "Scale each utterance to target_rms_db.")
+    target_rms_db: float = _f(-20.0, "Target RMS level in dBFS for loudness normalisation.")
+    min_audio_seconds: float = _f(0.5, "Utterances shorter than this are skipped (counted).")
+    max_audio_seconds: float = _f(12.0, "Utterances longer than this are skipped (counted).")
+    max_text_length: int = _f(300, "Texts with more characters are skipped (counted).")
+    text_cleaners: str = _f("english", "Text cleaner: english | multilingual | basic.")
+    use_phonemes: bool = _f(False, "Convert text to phonemes with phonemizer + espeak-ng.")
+    languages: List[str] = _f(["en"], "Language codes the model knows; index = language id.")
+    default_language: str = _f("en", "Language for metadata rows without a language column.")
+    val_fraction: float = _f(0.05, "Share of metadata.csv held out for validation when no "
+                                   "--val-data is given (seeded split, saved and reused).")
+    validation_policy: str = _f("skip", "Bad rows: skip (report and continue) | fail (stop).")
+    min_train_items: int = _f(1, "Fewest usable training rows needed to start training.")
+    feature_mode: str = _f("raw", "raw: mels computed on the data device every step | "
+                                  "cached: mels stored once in sharded TFRecords.")
+    cache_dir: str = _f("", "Where cached features go (default: <train-data>/.myxtts_cache).")
+    batch_size: int = _f(32, "Utterances per batch in the longest bucket "
+                             "(shorter buckets get more, for even memory).")
+    num_buckets: int = _f(5, "Number of static length buckets (one XLA compile each).")
+    bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = derived "
+                                          "from the training set's length quantiles.")
+    shuffle_buffer: int = _f(1024, "Elements in the shuffle buffer.")
+    buffer_size: int = _f(25, "Batches prefetched onto the data device (--buffer-size).")
+    num_workers: int = _f(0, "Parallel map calls in tf.data; 0 = AUTOTUNE (--num-workers).")
+    ref_min_seconds: float = _f(2.0, "Shortest speaker-reference slice in seconds.")
+    ref_max_seconds: float = _f(6.0, "Longest speaker-reference slice in seconds.")
+    seed: int = _f(1234, "Seed for the train/validation split, shuffling and reference slices.")
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Sizes of the XTTS-style acoustic model (vocabulary size comes from the tokenizer)."""
+
+    d_model: int = _f(256, "Hidden width of all transformer blocks.")
+    num_heads: int = _f(4, "Attention heads in every attention layer.")
+    ff_multiplier: int = _f(4, "Feed-forward width = ff_multiplier * d_model.")
+    text_encoder_layers: int = _f(4, "Transformer blocks in the text encoder.")
+    decoder_layers: int = _f(4, "Blocks in the autoregressive mel decoder.")
+    conditioning_layers: int = _f(2, "Transformer blocks in the reference-mel encoder.")
+    num_speaker_latents: int = _f(32, "Speaker latents from the perceiver resampler (XTTS: 32).")
+    perceiver_layers: int = _f(2, "Cross-attention layers of the perceiver resampler.")
+    reduction_factor: int = _f(2, "Mel frames produced per decoder step (r).")
+    prenet_dim: int = _f(256, "Width of the decoder prenet.")
+    prenet_dropout: float = _f(0.5, "Prenet dropout (also at inference, as in Tacotron).")
+    postnet_layers: int = _f(5, "Conv layers in the postnet.")
+    postnet_channels: int = _f(256, "Channels of the postnet convolutions.")
+    postnet_kernel: int = _f(5, "Kernel size of the postnet convolutions.")
+    dropout: float = _f(0.1, "Dropout in transformer blocks.")
+    max_text_positions: int = _f(512, "Longest token sequence the positional encoding covers.")
+    max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
+    max_frames_per_token: float = _f(12.0, "Decode length limit per input token.")
+    stop_threshold: float = _f(0.5, "Stop-token probability that ends decoding.")
+    gradient_checkpointing: bool = _f(False, "Recompute transformer blocks in the backward "
+                                             "pass (tf.recompute_grad) to save memory.")
+
+
+@dataclasses.dataclass
+class TrainingConfig:
+    """Optimisation, precision, checkpoints and logging."""
+
+    epochs: int = _f(100, "Passes over the training set (--epochs).")
+    max_steps: int = _f(0, "Stop after this many optimizer steps in total, counting resumed "
+                           "ones; 0 = no limit (--max-steps).")
+    optimizer: str = _f("adamw", "adamw | muon.")
+    learning_rate: float = _f(2e-4, "Peak learning rate (--lr).")
+    lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
+    warmup_steps: int = _f(1000, "Linear warmup steps.")
+    min_lr_ratio: float = _f(0.05, "Cosine floor as a fraction of the peak learning rate.")
+    decay_steps: int = _f(200000, "Cosine decay length in optimizer steps.")
+    weight_decay: float = _f(0.01, "AdamW weight decay (not applied to norms, biases, "
+                                   "embeddings).")
+    beta_1: float = _f(0.9, "Adam beta_1.")
+    beta_2: float = _f(0.98, "Adam beta_2.")
+    grad_accum_steps: int = _f(1, "Micro-batches accumulated per optimizer step (--grad-accum).")
+    clip_norm: float = _f(1.0, "Global gradient-norm clip, applied after loss unscaling; "
+                               "0 = off.")
+    precision: str = _f("auto", "auto | fp32 | mixed_float16 | mixed_bfloat16 (--precision). "
+                                "auto = mixed_float16 on GPUs with fp16 tensor cores, else fp32.")
+    xla: bool = _f(True, "jit-compile the training step with XLA (--xla/--noxla).")
+    tf32: bool = _f(True, "Allow TF32 matmuls on GPUs that support them.")
+    max_nonfinite_steps: int = _f(25, "Consecutive non-finite steps that stop training.")
+    mel_loss: str = _f("l1", "Mel reconstruction loss: l1 | l2 | l1+l2.")
+    mel_loss_weight: float = _f(1.0, "Weight of the mel loss before the postnet.")
+    postnet_loss_weight: float = _f(1.0, "Weight of the mel loss after the postnet.")
+    stop_loss_weight: float = _f(1.0, "Weight of the stop-token BCE.")
+    stop_pos_weight: float = _f(5.0, "Positive-class weight of the stop-token BCE.")
+    guided_attention_weight: float = _f(1.0, "Initial weight of the guided-attention loss.")
+    guided_attention_sigma: float = _f(0.2, "Width of the diagonal prior.")
+    guided_attention_decay_steps: int = _f(20000, "Steps over which that weight decays to 0.")
+    checkpoint_every_steps: int = _f(1000, "Save a checkpoint every N optimizer steps.")
+    checkpoint_every_minutes: float = _f(30.0, "Also save every M minutes of training.")
+    keep_checkpoints: int = _f(5, "Recent checkpoints kept (the best is kept separately).")
+    validate_every_steps: int = _f(1000, "Run validation every N optimizer steps.")
+    early_stopping_patience: int = _f(10, "Validations without improvement before stopping; "
+                                          "0 = never stop early.")
+    log_every_steps: int = _f(50, "Scalars to TensorBoard and the terminal every N steps.")
+    model_start_delay: float = _f(0.0, "Seconds to wait at most for the data device's "
+                                       "prefetch buffer to fill (--model-start-delay).")
+    seed: int = _f(42, "Seed for weights and dropout.")
+
+
+@dataclasses.dataclass
+class XTTSConfig:
+    """The whole configuration: data, model, training."""
+
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+
+    # ---- loading / saving ----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], source: str = "<dict>") -> "XTTSConfig":
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{source}: the top level must be a mapping with sections "
+                              f"'data', 'model', 'training'; got {type(raw).__name__}.")
+        config = cls()
+        sections = {f.name: f for f in dataclasses.fields(cls)}
+        for name, values in raw.items():
+            if name not in sections:
+                raise ConfigError(f"{source}: unknown section '{name}'. "
+                                  f"Known sections: {', '.join(sections)}.")
+            if values is None:
+                continue
+            if not isinstance(values, Mapping):
+                raise ConfigError(f"{source}: section '{name}' must be a mapping of keys to "
+                                  f"values; got {type(values).__name__}.")
+            section = getattr(config, name)
+            for key, value in values.items():
+                _set_field(section, f"{name}.{key}", key, value, source)
+        config.validate(source)
+        return config
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "XTTSConfig":
+        if not os.path.isfile(path):
+            raise ConfigError(f"Config file {path} does not exist. Pass an existing YAML file "
+                              f"to --config, e.g. configs/tiny.yaml.")
+        with open(path, encoding="utf-8") as f:
+            try:
+                raw = yaml.safe_load(f)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        return cls.from_dict(raw, source=path)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_yaml(self, path: Optional[str] = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+        if path:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        return text
+
+    def override(self, values: Mapping[str, Any], source: str = "command line") -> "XTTSConfig":
+        """Sets dotted keys (e.g. {"data.batch_size": 8}); None values are ignored."""
+        for dotted, value in values.items():
+            if value is None:
+                continue
+            section_name, _, key = dotted.partition(".")
+            section = getattr(self, section_name, None)
+            if section is None or not key:
+                raise ConfigError(f"{source}: unknown config key '{dotted}'.")
+            _set_field(section, dotted, key, value, source)
+        self.validate(source)
+        return self
+
+    # ---- validation ------------------------------------------------------------------------
+    def validate(self, source: str = "config") -> None:
+        d, m, t = self.data, self.model, self.training
+
+        def need(cond: bool, key: str, msg: str):
+            if not cond:
+                raise ConfigError(f"{source}: {key} {msg}")
+
+        for key in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "batch_size",
+                    "num_buckets", "buffer_size"):
+            need(getattr(d, key) > 0, f"data.{key}", "must be positive.")
+        need(d.win_length <= d.n_fft, "data.win_length", "must not exceed data.n_fft.")
+        need(0 <= d.fmin < d.fmax <= d.sample_rate / 2, "data.fmax",
+             f"must satisfy 0 <= fmin < fmax <= sample_rate/2 ({d.sample_rate / 2}).")
+        need(0 < d.min_audio_seconds < d.max_audio_seconds, "data.max_audio_seconds",
+             "must be greater than data.min_audio_seconds (> 0).")
+        need(0 < d.ref_min_seconds <= d.ref_max_seconds, "data.ref_max_seconds",
+             "must be >= data.ref_min_seconds (> 0).")
+        need(d.text_cleaners in ("english", "multilingual", "basic"), "data.text_cleaners",
+             "must be one of english, multilingual, basic.")
+        need(d.validation_policy in ("skip", "fail"), "data.validation_policy",
+             "must be skip or fail.")
+        need(d.feature_mode in ("raw", "cached"), "data.feature_mode", "must be raw or cached.")
+        need(0 <= d.val_fraction < 1, "data.val_fraction", "must be in [0, 1).")
+        need(len(d.languages) > 0, "data.languages", "must list at least one language.")
+        need(d.default_language in d.languages, "data.default_language",
+             f"'{d.default_language}' must be one of data.languages {d.languages}.")
+        need(list(d.bucket_boundaries) == sorted(set(d.bucket_boundaries)),
+             "data.bucket_boundaries", "must be strictly increasing.")
+        need(d.num_workers >= 0, "data.num_workers", "must be >= 0 (0 = AUTOTUNE).")
+
+        for key in ("d_model", "num_heads", "ff_multiplier", "text_encoder_layers",
+                    "decoder_layers", "num_speaker_latents", "reduction_factor", "prenet_dim",
+                    "max_text_positions", "max_decoder_steps"):
+            need(getattr(m, key) > 0, f"model.{key}", "must be positive.")
+        need(m.d_model % m.num_heads == 0, "model.d_model",
+             f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
+        need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
+             "and model.prenet_dropout must be in [0, 1).")
+        need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
+
+        need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
+        need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",
+             "must be cosine, noam or constant.")
+        need(t.precision in ("auto", "fp32", "mixed_float16", "mixed_bfloat16"),
+             "training.precision", "must be auto, fp32, mixed_float16 or mixed_bfloat16.")
+        need(t.mel_loss in ("l1", "l2", "l1+l2"), "training.mel_loss", "must be l1, l2 or l1+l2.")
+        need(t.learning_rate > 0, "training.learning_rate", "must be positive.")
+        need(t.grad_accum_steps >= 1, "training.grad_accum_steps", "must be >= 1.")
+        need(t.epochs >= 1, "training.epochs", "must be >= 1.")
+        need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
+        need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
+        need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
+        need(t.model_start_delay >= 0, "training.model_start_delay", "must be >= 0 seconds.")
+        for key in ("checkpoint_every_steps", "validate_every_steps", "log_every_steps",
+                    "max_nonfinite_steps"):
+            need(getattr(t, key) >= 1, f"training.{key}", "must be >= 1.")
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp, key: str, source: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], key, source)
+    if origin in (list, List):
+        (item_tp,) = typing.get_args(tp) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{source}: {key} must be a list of {_type_name(item_tp)}, "
+                              f"got {value!r}.")
+        return [_coerce(v, item_tp, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif tp is Any:
+        return value
+    raise ConfigError(f"{source}: {key} must be {_type_name(tp)}, got {value!r} "
+                      f"({type(value).__name__}).")
+
+
+def _set_field(section, dotted: str, key: str, value: Any, source: str) -> None:
+    hints = typing.get_type_hints(type(section))
+    if key not in hints:
+        known = ", ".join(f.name for f in dataclasses.fields(section))
+        raise ConfigError(f"{source}: unknown key '{dotted}'. Known keys in this section: "
+                          f"{known}.")
+    setattr(section, key, _coerce(value, hints[key], dotted, source))
+
+
+def markdown_reference() -> str:
+    """docs/configuration.md's field table, generated from the dataclass docs."""
+    out = ["# Configuration reference", "",
+           "Generated by `python -m myxtts.config --markdown`; every field is documented once, "
+           "in `myxtts/config.py`. Presets in `configs/` override only what differs.", ""]
+    for section_field in dataclasses.fields(XTTSConfig):
+        section = section_field.default_factory()
+        out += [f"## `{section_field.name}`", "", type(section).__doc__ or "", "",
+                "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        hints = typing.get_type_hints(type(section))
+        for f in dataclasses.fields(section):
+            default = getattr(section, f.name)
+            out.append(f"| `{f.name}` | {_type_name(hints[f.name])} | `{default!r}` | "
+                       f"{f.metadata.get('doc', '')} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if "--markdown" in sys.argv:
+        print(markdown_reference())
+    else:
+        print(XTTSConfig().to_yaml())

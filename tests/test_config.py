@@ -1,0 +1,90 @@
+"""XTTSConfig: strict YAML, flag overrides, presets."""
+
+import glob
+import os
+import sys
+import tempfile
+import unittest
+
+from myxtts.config import ConfigError, XTTSConfig, markdown_reference
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(text):
+    fd, path = tempfile.mkstemp(suffix=".yaml")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+class ConfigTest(unittest.TestCase):
+    def test_every_preset_loads_and_validates(self):
+        presets = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
+        self.assertGreaterEqual(len(presets), 3)
+        for path in presets:
+            config = XTTSConfig.from_yaml(path)
+            self.assertIsInstance(config.model.d_model, int, path)
+
+    def test_tiny_overrides_defaults(self):
+        config = XTTSConfig.from_yaml(os.path.join(REPO, "configs", "tiny.yaml"))
+        self.assertEqual(config.model.d_model, 32)
+        self.assertEqual(config.training.optimizer, "adamw")  # untouched default
+
+    def test_unknown_key_names_key_and_file(self):
+        path = _write("model:\n  d_modle: 64\n")
+        with self.assertRaises(ConfigError) as ctx:
+            XTTSConfig.from_yaml(path)
+        self.assertIn("model.d_modle", str(ctx.exception))
+        self.assertIn(path, str(ctx.exception))
+
+    def test_unknown_section(self):
+        with self.assertRaisesRegex(ConfigError, "unknown section 'optim'"):
+            XTTSConfig.from_yaml(_write("optim:\n  lr: 1\n"))
+
+    def test_wrong_type_names_key(self):
+        with self.assertRaisesRegex(ConfigError, r"data.batch_size must be int, got 'many'"):
+            XTTSConfig.from_yaml(_write("data:\n  batch_size: many\n"))
+        with self.assertRaisesRegex(ConfigError, "training.xla must be bool"):
+            XTTSConfig.from_yaml(_write("training:\n  xla: 1\n"))
+
+    def test_int_accepted_for_float(self):
+        config = XTTSConfig.from_yaml(_write("training:\n  learning_rate: 1\n"))
+        self.assertEqual(config.training.learning_rate, 1.0)
+
+    def test_invalid_value(self):
+        with self.assertRaisesRegex(ConfigError, "model.d_model"):
+            XTTSConfig.from_yaml(_write("model:\n  d_model: 30\n  num_heads: 4\n"))
+
+    def test_missing_file_and_bad_yaml(self):
+        with self.assertRaisesRegex(ConfigError, "does not exist"):
+            XTTSConfig.from_yaml("/nonexistent/x.yaml")
+        with self.assertRaisesRegex(ConfigError, "not valid YAML"):
+            XTTSConfig.from_yaml(_write("data: [1, 2\n"))
+
+    def test_yaml_round_trip(self):
+        config = XTTSConfig.from_yaml(os.path.join(REPO, "configs", "tiny.yaml"))
+        config.override({"training.grad_accum_steps": 3})
+        path = _write("")
+        config.to_yaml(path)
+        self.assertEqual(XTTSConfig.from_yaml(path), config)
+
+    def test_overrides_win_and_none_is_ignored(self):
+        config = XTTSConfig().override({"data.batch_size": 8, "training.epochs": None})
+        self.assertEqual(config.data.batch_size, 8)
+        self.assertEqual(config.training.epochs, 100)
+        with self.assertRaisesRegex(ConfigError, "command line: unknown key 'data.bogus'"):
+            XTTSConfig().override({"data.bogus": 1})
+
+    def test_every_field_documented(self):
+        self.assertNotIn("|  |", markdown_reference())
+
+    def test_config_module_does_not_import_tensorflow(self):
+        import subprocess
+        code = ("import sys, myxtts.config, myxtts.devices;"
+                "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
+        self.assertEqual(subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
