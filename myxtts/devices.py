@@ -415,6 +415,8 @@ def startup_report(plan: DevicePlan) -> str:
     ]
     if plan.gpus_found:
         lines.append("  " + _gpu_list_text(plan.gpus_found))
+    from myxtts.tfio_support import tensorflow_io_status  # pylint: disable=import-outside-toplevel
+    lines.append(f"  tensorflow-io: {tensorflow_io_status()[1]}")
     return "\n".join(lines)
 
 
