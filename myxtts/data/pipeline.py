@@ -1,0 +1,326 @@
+"""The input pipeline: validated items → bucketed batches on the data device → features on the
+model device.
+
+Public API (what the trainer calls; docs/data.md has the same with examples):
+
+    pipeline = InputPipeline(config, train_dir, val_dir=None, *, data_device="/CPU:0",
+                             work_dir=None)
+        Validates the dataset(s) (raises DatasetError / DatasetValidationError, message includes
+        the summary table), logs the table, saves work_dir/vocab.json (or reuses it) and writes
+        the dataset statistics to work_dir/model_info.json. In cached mode it also builds or
+        reuses the feature cache.
+    pipeline.tokenizer            Tokenizer (vocab_size, encode, decode, save, load)
+    pipeline.languages            list of language codes; language id = index
+    pipeline.report               ValidationReport (table(), to_dict(), count(code))
+    pipeline.items                {"train": [Item], "val": [Item]}
+    pipeline.buckets              [Bucket(frames, max_tokens, batch_size)]: the static shapes
+    pipeline.train_steps_per_epoch  batches per training epoch (exact)
+    pipeline.val_steps            batches in one validation pass (0 when there is no val set)
+    pipeline.train_batches(epoch, model_device, *, skip_batches=0, capacity=2) -> DeviceFeeder
+    pipeline.val_batches(model_device, *, capacity=2) -> DeviceFeeder | None
+        Iterators of featurized batch dicts on `model_device` (docs/architecture.md "The
+        batch"), featurized on the data device in a background thread (see feeder.py):
+        `feeder.wait_until_filled(seconds)`, `feeder.fill_fraction`, `feeder.wait_seconds`,
+        `feeder.batches`, `feeder.close()`; usable as a context manager.
+    pipeline.train_dataset(epoch, *, skip_batches=0) / pipeline.val_dataset() -> tf.data.Dataset
+        The un-featurized batches, already on the data device (prefetch_to_device is the last
+        stage); pipeline.featurize(batch) turns one into the batch dict (call it under
+        tf.device(data_device)). The feeders are built from exactly these two.
+
+Modes (data.feature_mode):
+  raw     host: decode, resample, crop, reference slice, tokenize (tf.numpy_function, parallel
+          map), bucket and pad → prefetch_to_device(data_device); data device: log-mels of the
+          audio and of the reference in a tf.function.
+  cached  log-mels read from sharded TFRecords (cache.py) → shuffle buffer → bucket and pad →
+          prefetch_to_device(data_device); the reference is a random slice of the utterance's
+          own cached mel (raw mode uses another utterance of the same speaker).
+
+Batching: each epoch's order is a permutation seeded by (data.seed, epoch); utterances are
+grouped by bucket (group_by_window) and padded to the bucket's static shape; a bucket's last,
+partial batch is completed with utterances of the same batch so every batch of a bucket has
+the same shape (one XLA compile per bucket).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.data import audio as audio_lib
+from myxtts.data import cache as cache_lib
+from myxtts.data.buckets import Bucket, bucket_index, make_buckets
+from myxtts.data.feeder import DeviceFeeder
+from myxtts.data.prepare import VOCAB_FILE, prepare_dataset
+
+logger = logging.getLogger("myxtts.data")
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class InputPipeline:
+    """Validated dataset → bucketed batches on the data device → features on the model device."""
+
+    def __init__(self, config, train_dir: str, val_dir: Optional[str] = None, *,
+                 data_device: str = "/CPU:0", work_dir: Optional[str] = None):
+        self.config = config
+        d = self.data_config = config.data
+        self.data_device = data_device
+        prepared = prepare_dataset(config, train_dir, val_dir, work_dir)
+        self.report = prepared.report
+        self.tokenizer = prepared.tokenizer
+        self.items = prepared.items
+        self.languages = list(d.languages)
+        logger.info("%s\n  validation rows: %s", self.report.table(), prepared.val_source)
+        if work_dir:
+            self.tokenizer.save(f"{work_dir}/{VOCAB_FILE}")
+
+        r = config.model.reduction_factor
+        everything = self.items["train"] + self.items["val"]
+        frames = [audio_lib.num_frames(it.num_samples, d.hop_length) for it in everything]
+        self.buckets: List[Bucket] = make_buckets(
+            frames, [max(1, len(it.tokens)) for it in everything], d.num_buckets,
+            d.bucket_boundaries, d.batch_size, r)
+        self.ref_frames = audio_lib.num_frames(int(d.ref_max_seconds * d.sample_rate),
+                                               d.hop_length)
+        self.train_steps_per_epoch = self._count_batches(self.items["train"])
+        self.val_steps = self._count_batches(self.items["val"])
+        logger.info("Buckets (mel frames / tokens / batch size): %s; %d training batches per "
+                    "epoch, %d validation batches.",
+                    ", ".join(f"{b.frames}/{b.max_tokens}/{b.batch_size}" for b in self.buckets),
+                    self.train_steps_per_epoch, self.val_steps)
+
+        self._log_mel = audio_lib.LogMel.from_config(d)
+        self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
+        self._shards: Dict[str, List[str]] = {}
+        if d.feature_mode == "cached":
+            for split in ("train", "val"):
+                if self.items[split]:
+                    self._shards[split] = cache_lib.ensure_cache(
+                        self.items[split], split, d, prepared.cache_dir, data_device)
+
+    # ---- public ------------------------------------------------------------------------------
+    def train_dataset(self, epoch: int, *, skip_batches: int = 0) -> tf.data.Dataset:
+        """Epoch `epoch`'s batches (seeded order), on the data device, not yet featurized."""
+        return self._dataset("train", epoch, training=True, skip_batches=skip_batches)
+
+    def val_dataset(self) -> Optional[tf.data.Dataset]:
+        """The validation batches in a fixed order (None without validation rows)."""
+        if not self.items["val"]:
+            return None
+        return self._dataset("val", 0, training=False, skip_batches=0)
+
+    def featurize(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """Batch dict of docs/architecture.md from a dataset element (a tf.function)."""
+        return self._featurize(batch)
+
+    def train_batches(self, epoch: int, model_device: str, *, skip_batches: int = 0,
+                      capacity: int = 2) -> DeviceFeeder:
+        return DeviceFeeder(self.train_dataset(epoch, skip_batches=skip_batches),
+                            self.featurize, self.data_device, model_device, capacity,
+                            name=f"train-epoch{epoch}")
+
+    def val_batches(self, model_device: str, *, capacity: int = 2) -> Optional[DeviceFeeder]:
+        dataset = self.val_dataset()
+        if dataset is None:
+            return None
+        return DeviceFeeder(dataset, self.featurize, self.data_device, model_device, capacity,
+                            name="val")
+
+    # ---- batching ------------------------------------------------------------------------------
+    def _count_batches(self, items) -> int:
+        counts = collections.Counter(bucket_index(self.buckets, audio_lib.num_frames(
+            it.num_samples, self.data_config.hop_length)) for it in items)
+        return sum(math.ceil(n / self.buckets[b].batch_size) for b, n in counts.items())
+
+    def _bucketed(self, ds: tf.data.Dataset, frames_key: str, padding: Dict[str, float],
+                  sample_keys: Dict[str, int]) -> tf.data.Dataset:
+        """Groups elements by bucket and pads each group to the bucket's static shape.
+
+        `sample_keys` maps a per-step key to its samples per frame (hop for audio, 1 for mel).
+        The ragged keys are padded to the bucket's length, `tokens` to its max_tokens.
+        """
+        frames = tf.constant([b.frames for b in self.buckets], tf.int64)
+        sizes = tf.constant([b.batch_size for b in self.buckets], tf.int64)
+        max_tokens = tf.constant([b.max_tokens for b in self.buckets], tf.int64)
+
+        def steps(index, per_frame):
+            # F frames hold at most (F - 1) * hop audio samples (centred STFT), or F mel frames
+            bucket_frames = tf.gather(frames, index)
+            return (bucket_frames - 1) * per_frame if per_frame > 1 else bucket_frames
+
+        def with_bucket(element):
+            n = tf.cast(element[frames_key], tf.int64)
+            index = tf.minimum(tf.reduce_sum(tf.cast(frames < n, tf.int64)),
+                               len(self.buckets) - 1)
+            element = dict(element, bucket=index)
+            for key, per_frame in sample_keys.items():
+                element[key] = element[key][:steps(index, per_frame)]
+            return element
+
+        def padded_shapes(index, element_spec):
+            shapes = {key: spec.shape for key, spec in element_spec.items()}
+            for key, per_frame in sample_keys.items():
+                inner = tf.constant(element_spec[key].shape[1:].as_list(), tf.int64)
+                shapes[key] = tf.concat([[steps(index, per_frame)], inner], 0)
+            shapes["tokens"] = tf.reshape(tf.gather(max_tokens, index), [1])
+            return shapes
+
+        def reduce(index, window):
+            spec = window.element_spec
+            return window.padded_batch(
+                tf.gather(sizes, index), padded_shapes=padded_shapes(index, spec),
+                padding_values={k: tf.constant(padding.get(k, 0), spec[k].dtype)
+                                for k in spec})
+
+        def fill(batch):
+            # the last batch of a bucket is completed with its own utterances: same shape
+            size = tf.gather(sizes, batch["bucket"][0])
+            take = tf.range(size, dtype=tf.int32) % tf.shape(batch["bucket"])[0]
+            return {k: tf.gather(v, take) for k, v in batch.items()}
+
+        ds = ds.map(with_bucket, num_parallel_calls=self._parallel, deterministic=True)
+        ds = ds.group_by_window(lambda e: e["bucket"], reduce,
+                                window_size_func=lambda index: tf.gather(sizes, index))
+        return ds.map(fill, num_parallel_calls=self._parallel, deterministic=True)
+
+    @property
+    def _parallel(self):
+        return self.data_config.num_workers or AUTOTUNE
+
+    def _dataset(self, split: str, epoch: int, training: bool,
+                 skip_batches: int) -> tf.data.Dataset:
+        d = self.data_config
+        if d.feature_mode == "cached":
+            ds = self._cached_elements(split, epoch, training)
+        else:
+            ds = self._raw_elements(split, epoch, training)
+        if skip_batches:
+            ds = ds.skip(skip_batches)
+        options = tf.data.Options()
+        options.deterministic = True
+        ds = ds.with_options(options)
+        # prefetch_to_device must be the last transformation (TensorFlow requires it).
+        return ds.apply(tf.data.experimental.prefetch_to_device(self.data_device,
+                                                                buffer_size=d.buffer_size))
+
+    # ---- raw mode: audio batches, mels on the data device ---------------------------------------
+    def _raw_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:
+        d = self.data_config
+        items = self.items[split]
+        by_speaker: Dict[str, List[int]] = collections.defaultdict(list)
+        for i, item in enumerate(items):
+            by_speaker[item.speaker].append(i)
+        ref_samples = audio_lib.samples_for_frames(self.ref_frames, d.hop_length)
+
+        def load(index):
+            i = int(index)
+            item = items[i]
+            samples = cache_lib.load_samples(item, d)
+            rng = np.random.default_rng([d.seed, epoch, i])
+            others = [j for j in by_speaker[item.speaker] if j != i]
+            j = int(rng.choice(others)) if others else i
+            ref = samples if j == i else cache_lib.load_samples(items[j], d)
+            start, length = audio_lib.reference_slice(len(ref), d.sample_rate, d.ref_min_seconds,
+                                                      d.ref_max_seconds, rng)
+            ref = ref[start:start + min(length, ref_samples)]
+            return (samples, np.int32(len(samples)), ref, np.int32(len(ref)),
+                    np.asarray(item.tokens, np.int32), np.int32(len(item.tokens)),
+                    np.int32(item.language_id))
+
+        keys = ("audio", "audio_lengths", "ref_audio", "ref_audio_lengths", "tokens",
+                "token_lengths", "language_ids")
+        types = (tf.float32, tf.int32, tf.float32, tf.int32, tf.int32, tf.int32, tf.int32)
+
+        def load_element(index):
+            values = tf.numpy_function(load, [index], types, stateful=False)
+            element = dict(zip(keys, values))
+            for key in ("audio", "ref_audio", "tokens"):
+                element[key].set_shape([None])
+            for key in ("audio_lengths", "ref_audio_lengths", "token_lengths", "language_ids"):
+                element[key].set_shape([])
+            element["frames"] = 1 + element["audio_lengths"] // d.hop_length
+            return element
+
+        order = (np.random.default_rng([d.seed, epoch]).permutation(len(items)) if training
+                 else np.arange(len(items)))
+        ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
+        ds = ds.map(load_element, num_parallel_calls=self._parallel, deterministic=True)
+
+        def pad_ref(element):
+            element = dict(element)
+            element["ref_audio"] = tf.pad(element["ref_audio"],
+                                          [[0, ref_samples - tf.shape(element["ref_audio"])[0]]])
+            element["ref_audio"].set_shape([ref_samples])
+            return element
+
+        ds = ds.map(pad_ref, num_parallel_calls=self._parallel, deterministic=True)
+        ds = self._bucketed(ds, "frames", {}, {"audio": d.hop_length})
+        return ds.map(lambda b: {k: v for k, v in b.items() if k != "frames"})
+
+    # ---- cached mode: mels from TFRecords -------------------------------------------------------
+    def _cached_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:
+        d = self.data_config
+        items = self.items[split]
+        shards = list(self._shards[split])
+        if training:
+            shards = [shards[i] for i in
+                      np.random.default_rng([d.seed, epoch]).permutation(len(shards))]
+        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant([it.id for it in items]), tf.range(len(items), dtype=tf.int64)), -1)
+        tokens = tf.RaggedTensor.from_row_lengths(
+            tf.constant([t for it in items for t in it.tokens], tf.int32),
+            tf.constant([len(it.tokens) for it in items], tf.int64))
+        languages = tf.constant([it.language_id for it in items], tf.int32)
+        log_floor = math.log10(d.mel_floor)
+        frames_per_second = d.sample_rate / d.hop_length
+        ref_min = max(1, int(d.ref_min_seconds * frames_per_second))
+        ref_max = self.ref_frames
+
+        def parse(serialized):
+            uid, mel = cache_lib.parse_record(serialized, d.n_mels)
+            return {"index": table.lookup(uid), "mel": mel}
+
+        def to_element(record):
+            index = record["index"]
+            mel = record["mel"]
+            n = tf.shape(mel)[0]
+            seed = tf.stack([tf.cast(d.seed * 100003 + epoch, tf.int64), index])
+            lo = tf.minimum(ref_min, n)
+            hi = tf.minimum(ref_max, n)
+            length = tf.random.stateless_uniform([], seed, lo, hi + 1, tf.int32)
+            start = tf.random.stateless_uniform([], seed + 1, 0, n - length + 1, tf.int32)
+            ref = mel[start:start + length]
+            ref = tf.pad(ref, [[0, ref_max - length], [0, 0]], constant_values=log_floor)
+            ref.set_shape([ref_max, d.n_mels])
+            toks = tokens[index]
+            return {"tokens": toks, "token_lengths": tf.shape(toks)[0],
+                    "language_ids": tf.gather(languages, index),
+                    "mel": mel, "mel_lengths": n, "ref_mel": ref, "ref_lengths": length}
+
+        ds = tf.data.TFRecordDataset(shards, num_parallel_reads=min(len(shards), 4))
+        if training:
+            ds = ds.shuffle(d.shuffle_buffer, seed=d.seed * 100003 + epoch,
+                            reshuffle_each_iteration=False)
+        ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=True)
+        ds = ds.filter(lambda r: r["index"] >= 0)
+        ds = ds.map(to_element, num_parallel_calls=self._parallel, deterministic=True)
+        return self._bucketed(ds, "mel_lengths", {"mel": log_floor}, {"mel": 1})
+
+    # ---- featurization (data device) ------------------------------------------------------------
+    def _featurize_batch(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        out = {"tokens": batch["tokens"], "token_lengths": batch["token_lengths"],
+               "language_ids": batch["language_ids"]}
+        if "audio" in batch:
+            out["mel"], out["mel_lengths"] = self._log_mel.masked(batch["audio"],
+                                                                  batch["audio_lengths"])
+            out["ref_mel"], out["ref_lengths"] = self._log_mel.masked(
+                batch["ref_audio"], batch["ref_audio_lengths"])
+        else:
+            for key in ("mel", "mel_lengths", "ref_mel", "ref_lengths"):
+                out[key] = batch[key]
+        return out

@@ -1,0 +1,93 @@
+"""From dataset folders to validated items: metadata → split → validation → tokenizer → stats.
+
+`prepare_dataset` is what both `--validate-only` and `InputPipeline` run before any batch exists.
+With a `work_dir` (the checkpoint directory) it reuses a saved `vocab.json` and the saved split,
+and writes the dataset statistics to `model_info.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Dict, List, Optional
+
+from myxtts.data import metadata as metadata_lib
+from myxtts.data import validation
+from myxtts.data.text import TextError, Tokenizer
+from myxtts.data.validation import Item, ValidationReport
+from myxtts.model_info import update_model_info
+
+logger = logging.getLogger("myxtts.data")
+
+VOCAB_FILE = "vocab.json"
+
+
+@dataclasses.dataclass
+class PreparedDataset:
+    """Validated items per split ("train", "val"), the report and the tokenizer."""
+
+    items: Dict[str, List[Item]]
+    report: ValidationReport
+    tokenizer: Tokenizer
+    train_metadata: str
+    val_source: str  # where validation rows came from, for logs and model_info.json
+    cache_dir: str
+
+    def dataset_info(self) -> dict:
+        """The `dataset` entry of model_info.json."""
+        return {"train_metadata": os.path.abspath(self.train_metadata),
+                "val_source": self.val_source, **self.report.to_dict()}
+
+
+def default_cache_dir(data_config, train_dir: str) -> str:
+    return data_config.cache_dir or os.path.join(train_dir, ".myxtts_cache")
+
+
+def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
+                    work_dir: Optional[str] = None) -> PreparedDataset:
+    """Reads, splits and validates the dataset(s); raises DatasetError (missing folders, policy
+    'fail', too few usable rows) with the summary table in the message."""
+    d = config.data
+    train_metadata = metadata_lib.find_metadata(train_dir, "train")
+    default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
+    train_rows, train_problems = metadata_lib.read_metadata(train_metadata, default_speaker,
+                                                            d.default_language)
+    cache_dir = default_cache_dir(d, train_dir)
+    eval_beside = metadata_lib.eval_metadata_beside(train_metadata)
+    if val_dir or eval_beside:
+        val_metadata = metadata_lib.find_metadata(val_dir, "val") if val_dir else eval_beside
+        val_speaker = (os.path.basename(os.path.normpath(val_dir)) if val_dir
+                       else default_speaker)
+        val_rows, val_problems = metadata_lib.read_metadata(val_metadata, val_speaker,
+                                                            d.default_language)
+        val_source = os.path.abspath(val_metadata)
+    else:
+        split_path = os.path.join(work_dir or cache_dir, metadata_lib.SPLIT_FILE)
+        train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
+                                                       split_path)
+        val_problems = []
+        val_source = (f"seeded split ({d.val_fraction:g} of {train_metadata}, seed {d.seed}), "
+                      f"saved in {split_path}")
+
+    tokenizer = None
+    vocab_path = os.path.join(work_dir, VOCAB_FILE) if work_dir else None
+    if vocab_path and os.path.isfile(vocab_path):
+        tokenizer = Tokenizer.load(vocab_path)
+        if (tokenizer.cleaner, tokenizer.use_phonemes) != (d.text_cleaners, d.use_phonemes):
+            raise TextError(
+                f"{vocab_path} was made with text_cleaners={tokenizer.cleaner!r}, use_phonemes="
+                f"{tokenizer.use_phonemes}, but the config says {d.text_cleaners!r}, "
+                f"{d.use_phonemes}. Token ids would change under the saved model: use the "
+                f"original text settings, or a new checkpoint directory.")
+        logger.info("Using the saved vocabulary %s (%d symbols).", vocab_path,
+                    tokenizer.vocab_size)
+
+    report, items, tokenizer = validation.validate(
+        {"train": train_rows, "val": val_rows}, {"train": train_problems, "val": val_problems},
+        d, os.path.join(cache_dir, "validation_cache.json"), tokenizer)
+    prepared = PreparedDataset(items, report, tokenizer, train_metadata, val_source, cache_dir)
+    if work_dir:
+        update_model_info(work_dir, dataset=prepared.dataset_info())
+    validation.enforce(report, items, d)
+    return prepared

@@ -1,0 +1,426 @@
+"""Dataset validation: every row checked once (audio facts cached), a report users can act on.
+
+Rules (code: what is checked → what happens):
+
+  non_utf8            a metadata line is not UTF-8 (its line number)    → row skipped
+  wrong_columns       a line has fewer than 2 or more than 5 columns    → row skipped
+  duplicate_id        an id already seen in the same split              → later row skipped
+  missing_file        no wavs/<id>.<ext>                                → row skipped
+  unreadable_audio    soundfile cannot decode it, or a WAV is truncated → row skipped
+  empty_audio         the file decodes to 0 samples                     → row skipped
+  nonfinite_audio     NaN or Inf samples                                → row skipped
+  silent_audio        peak below -60 dBFS                               → row skipped
+  too_short/too_long  outside data.min_audio_seconds..max_audio_seconds → row skipped
+  empty_text          no speakable text after cleaning                  → row skipped
+  text_too_long       more than data.max_text_length characters         → row skipped
+  unknown_language    language column not in data.languages             → row skipped
+  unknown_characters  characters outside the vocabulary                 → removed, row kept
+  stereo              more than one channel                             → downmixed, row kept
+  resampled           sample rate differs from data.sample_rate         → resampled, row kept
+
+Under data.validation_policy "skip" bad rows are counted and left out; under "fail" the same
+report is printed and then a DatasetValidationError stops the run. Audio facts (decoded length,
+rate, channels, peak, finiteness) are cached in a JSON file keyed by path, size, mtime and the
+audio settings, so a second run decodes nothing that did not change.
+This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import os
+import struct
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from myxtts.data import audio as audio_lib
+from myxtts.data import text as text_lib
+from myxtts.data.metadata import DatasetError, ParseProblem, Row
+
+logger = logging.getLogger("myxtts.data")
+
+# code → (what is wrong, what happens). Order = order in the summary table.
+RULES: Dict[str, Tuple[str, str]] = {
+    "non_utf8": ("metadata line is not valid UTF-8", "skipped"),
+    "wrong_columns": ("metadata line has a wrong column count", "skipped"),
+    "duplicate_id": ("id appears twice", "skipped"),
+    "missing_file": ("no wavs/<id>.<ext> audio file", "skipped"),
+    "unreadable_audio": ("audio cannot be decoded or is truncated", "skipped"),
+    "empty_audio": ("audio has no samples", "skipped"),
+    "nonfinite_audio": ("audio has NaN/Inf samples", "skipped"),
+    "silent_audio": ("audio is silent (peak < -60 dBFS)", "skipped"),
+    "too_short": ("shorter than data.min_audio_seconds", "skipped"),
+    "too_long": ("longer than data.max_audio_seconds", "skipped"),
+    "empty_text": ("no text after cleaning", "skipped"),
+    "text_too_long": ("text longer than data.max_text_length", "skipped"),
+    "unknown_language": ("language not in data.languages", "skipped"),
+    "unknown_characters": ("characters outside the vocabulary", "removed"),
+    "stereo": ("more than one channel", "downmixed"),
+    "resampled": ("sample rate differs from data.sample_rate", "resampled"),
+}
+EXCLUDING = {code for code, (_, action) in RULES.items() if action == "skipped"}
+EXAMPLES_PER_RULE = 3
+CACHE_VERSION = 1
+
+
+class DatasetValidationError(DatasetError):
+    """validation_policy=fail and the dataset has rows that would be skipped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """A usable utterance: what the pipeline needs to load and batch it."""
+
+    id: str
+    audio_path: str
+    text: str  # cleaned (or phonemized) text, only vocabulary characters
+    tokens: Tuple[int, ...]
+    speaker: str
+    language_id: int
+    num_samples: int  # at data.sample_rate, after optional trimming
+    source_rate: int
+
+
+@dataclasses.dataclass
+class AudioFacts:
+    """What decoding a file once tells validation (cached)."""
+
+    error: Optional[str] = None
+    num_samples: int = 0
+    source_rate: int = 0
+    channels: int = 0
+    finite: bool = True
+    peak: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    code: str
+    split: str
+    where: str  # "path:line" of the metadata row, or the audio path
+    detail: str
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def split_stats(items: Sequence[Item], sample_rate: int) -> dict:
+    """Utterances, total duration (HH:MM:SS and seconds) and the same per speaker."""
+    per_speaker: Dict[str, List[float]] = collections.defaultdict(list)
+    for item in items:
+        per_speaker[item.speaker].append(item.num_samples / sample_rate)
+    total = sum(sum(v) for v in per_speaker.values())
+    return {"utterances": len(items), "duration": format_duration(total),
+            "seconds": round(total, 2),
+            "speakers": {s: {"utterances": len(v), "duration": format_duration(sum(v)),
+                             "seconds": round(sum(v), 2)}
+                         for s, v in sorted(per_speaker.items())}}
+
+
+@dataclasses.dataclass
+class ValidationReport:
+    """Counts per rule and split, the first examples with paths, and per-split statistics."""
+
+    rows_read: Dict[str, int]
+    problems: List[Problem]
+    stats: Dict[str, dict]
+
+    def count(self, code: str, split: Optional[str] = None) -> int:
+        return sum(1 for p in self.problems
+                   if p.code == code and (split is None or p.split == split))
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        out: Dict[str, Dict[str, int]] = {}
+        for p in self.problems:
+            out.setdefault(p.code, {}).setdefault(p.split, 0)
+            out[p.code][p.split] += 1
+        return out
+
+    def excluded(self, split: Optional[str] = None) -> int:
+        return len({(p.split, p.where) for p in self.problems
+                    if p.code in EXCLUDING and (split is None or p.split == split)})
+
+    def table(self) -> str:
+        """The summary users see: one line per rule that fired, then examples, then stats."""
+        splits = list(self.rows_read)
+        lines = ["Dataset validation", "  " + ", ".join(
+            f"{s}: {self.rows_read[s]} rows read, {self.stats[s]['utterances']} usable"
+            for s in splits)]
+        counts = self.counts()
+        header = f"  {'problem':<20}{'action':<11}" + "".join(f"{s:>7}" for s in splits)
+        lines += ["", header, "  " + "-" * (len(header) - 2)]
+        if not counts:
+            lines.append("  (no problems found)")
+        for code in RULES:
+            if code in counts:
+                lines.append(f"  {code:<20}{RULES[code][1]:<11}" +
+                             "".join(f"{counts[code].get(s, 0):>7}" for s in splits))
+        if counts:
+            lines += ["", "  first examples:"]
+            for code in RULES:
+                for p in [p for p in self.problems if p.code == code][:EXAMPLES_PER_RULE]:
+                    lines.append(f"    {code}: {p.where}: {p.detail}")
+        for s in splits:
+            st = self.stats[s]
+            speakers = ", ".join(f"{k} {v['utterances']} ({v['duration']})"
+                                 for k, v in st["speakers"].items())
+            lines.append(f"\n  {s}: {st['utterances']} utterances, {st['duration']} "
+                         f"({st['seconds']:.1f} s); speakers: {speakers or '-'}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"rows_read": self.rows_read, "problems": self.counts(),
+                **{s: st for s, st in self.stats.items()}}
+
+
+# ---- audio facts, cached ----------------------------------------------------------------------
+
+def _wav_truncated(path: str) -> Optional[str]:
+    """For RIFF/WAVE files: the data chunk claims more bytes than the file holds (libsndfile
+    silently decodes the part that is there)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        size = os.fstat(f.fileno()).st_size
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                return None
+            cid, length = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+            if cid == b"data":
+                missing = f.tell() + length - size
+                return (f"truncated: data chunk declares {length} bytes, {missing} missing"
+                        if missing > 0 else None)
+            f.seek(length + (length & 1), 1)
+
+
+def probe_audio(path: str, sample_rate: int, trim_silence: bool,
+                trim_top_db: float) -> AudioFacts:
+    """Decodes a file once the way training will, and records what validation needs."""
+    try:
+        truncated = _wav_truncated(path)
+        if truncated:
+            return AudioFacts(error=truncated)
+        decoded = audio_lib.decode(path, sample_rate, trim_silence, trim_top_db)
+    except Exception as e:  # pylint: disable=broad-except  # any decoder failure is a finding
+        return AudioFacts(error=f"{type(e).__name__}: {e}".strip())
+    samples = decoded.samples
+    finite = bool(np.all(np.isfinite(samples)))
+    peak = float(np.max(np.abs(samples))) if samples.size and finite else 0.0
+    return AudioFacts(None, int(samples.size), decoded.source_rate, decoded.source_channels,
+                      finite, peak)
+
+
+class AudioFactsCache:
+    """JSON file of AudioFacts keyed by path; an entry is valid while the file's size and
+    mtime and the audio settings are unchanged."""
+
+    def __init__(self, path: Optional[str], settings: str):
+        self.path, self.settings = path, settings
+        self.entries: Dict[str, dict] = {}
+        self.dirty = False
+        if path and os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as f:
+                    data = json.load(f)
+                if data.get("version") == CACHE_VERSION:
+                    self.entries = data.get("entries", {})
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                logger.warning("Ignoring unreadable validation cache %s.", path)
+
+    @staticmethod
+    def _stamp(path: str) -> List[int]:
+        st = os.stat(path)
+        return [st.st_size, st.st_mtime_ns]
+
+    def get(self, path: str) -> Optional[AudioFacts]:
+        entry = self.entries.get(os.path.abspath(path))
+        if entry and entry["stamp"] == self._stamp(path) and entry["settings"] == self.settings:
+            return AudioFacts(**entry["facts"])
+        return None
+
+    def put(self, path: str, facts: AudioFacts) -> None:
+        self.entries[os.path.abspath(path)] = {"stamp": self._stamp(path),
+                                               "settings": self.settings,
+                                               "facts": dataclasses.asdict(facts)}
+        self.dirty = True
+
+    def save(self) -> None:
+        if not (self.path and self.dirty):
+            return
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = f"{self.path}.tmp.{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"version": CACHE_VERSION, "entries": self.entries}, f)
+            os.replace(tmp, self.path)
+        except OSError as e:
+            logger.warning("Could not write the validation cache %s (%s); the next run will "
+                           "decode every file again.", self.path, e)
+
+
+def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[str],
+                        workers: int) -> Dict[str, AudioFacts]:
+    d = data_config
+    cache = AudioFactsCache(cache_path, f"{d.sample_rate}|{d.trim_silence}|{d.trim_top_db}")
+    facts: Dict[str, AudioFacts] = {}
+    todo = []
+    for path in sorted(set(paths)):
+        cached = cache.get(path)
+        if cached is None:
+            todo.append(path)
+        else:
+            facts[path] = cached
+    if todo:
+        logger.info("Checking %d audio file(s) (%d cached).", len(todo), len(facts))
+        with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+            for path, result in zip(todo, pool.map(
+                    lambda p: probe_audio(p, d.sample_rate, d.trim_silence, d.trim_top_db),
+                    todo)):
+                facts[path] = result
+                cache.put(path, result)
+        cache.save()
+    return facts
+
+
+# ---- the whole check --------------------------------------------------------------------------
+
+def _audio_problem(facts: AudioFacts, data_config) -> Optional[Tuple[str, str]]:
+    d = data_config
+    if facts.error:
+        return "unreadable_audio", facts.error
+    if facts.num_samples == 0:
+        return "empty_audio", "0 samples"
+    if not facts.finite:
+        return "nonfinite_audio", "NaN or Inf samples"
+    if facts.peak < audio_lib.SILENCE_PEAK:
+        return "silent_audio", f"peak {facts.peak:.2g}"
+    seconds = facts.num_samples / d.sample_rate
+    if seconds < d.min_audio_seconds:
+        return "too_short", f"{seconds:.2f} s < {d.min_audio_seconds} s"
+    if seconds > d.max_audio_seconds:
+        return "too_long", f"{seconds:.2f} s > {d.max_audio_seconds} s"
+    return None
+
+
+def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[ParseProblem]],
+             data_config, cache_path: Optional[str],
+             tokenizer: Optional[text_lib.Tokenizer] = None,
+             ) -> Tuple[ValidationReport, Dict[str, List[Item]], text_lib.Tokenizer]:
+    """Checks the rows of each split ("train" first, then "val").
+
+    The tokenizer is `tokenizer` when given (a saved vocab.json), else built from the usable
+    training texts. Returns (report, usable items per split, tokenizer).
+    """
+    d = data_config
+    problems: List[Problem] = []
+    for split, found in parse_problems.items():
+        problems += [Problem(p.code, split, f"{p.metadata_path}:{p.line}", p.detail)
+                     for p in found]
+    paths = [r.audio_path for rs in rows.values() for r in rs if r.audio_path]
+    facts = collect_audio_facts(paths, d, cache_path, d.num_workers or os.cpu_count() or 1)
+    phonemize = text_lib.Phonemizer() if d.use_phonemes else None
+
+    candidates: Dict[str, List[Tuple[Row, str, AudioFacts]]] = {}
+    for split, split_rows in rows.items():
+        seen = set()
+        keep = []
+        for row in split_rows:
+            where = f"{row.metadata_path}:{row.line}"
+            if row.id in seen:
+                problems.append(Problem("duplicate_id", split, where, f"id {row.id!r}"))
+                continue
+            seen.add(row.id)
+            bad = None
+            if row.audio_path is None:
+                wav_dir = os.path.join(os.path.dirname(row.metadata_path), "wavs")
+                bad = ("missing_file", f"no {os.path.join(wav_dir, row.id)}.<wav|flac|ogg|...>")
+            else:
+                where = f"{row.audio_path} ({where})"
+                bad = _audio_problem(facts[row.audio_path], d)
+            if bad is None and row.language not in d.languages:
+                bad = ("unknown_language", f"{row.language!r} not in data.languages "
+                                           f"{list(d.languages)}")
+            cleaned = text_lib.clean_text(row.text, d.text_cleaners, row.language)
+            if bad is None and not cleaned:
+                bad = ("empty_text", "no text")
+            if bad:
+                problems.append(Problem(bad[0], split, where, bad[1]))
+                continue
+            keep.append((row, cleaned, facts[row.audio_path]))
+        candidates[split] = keep
+
+    if phonemize is not None:
+        for split, keep in candidates.items():
+            by_language: Dict[str, List[int]] = collections.defaultdict(list)
+            for i, (row, _, _) in enumerate(keep):
+                by_language[row.language].append(i)
+            for language, indices in by_language.items():
+                phones = phonemize([keep[i][1] for i in indices], language)
+                for i, p in zip(indices, phones):
+                    keep[i] = (keep[i][0], p, keep[i][2])
+
+    if tokenizer is None:
+        tokenizer = text_lib.Tokenizer.build(
+            (text for _, text, _ in candidates.get("train", [])), d.text_cleaners,
+            d.use_phonemes)
+    items: Dict[str, List[Item]] = {}
+    for split, keep in candidates.items():
+        usable = []
+        for row, cleaned, f in keep:
+            where = f"{row.audio_path} ({row.metadata_path}:{row.line})"
+            unknown = tokenizer.unknown_characters(cleaned)
+            if unknown:
+                problems.append(Problem("unknown_characters", split, where,
+                                        "removed " + " ".join(repr(c) for c in unknown)))
+                cleaned = text_lib.normalize_unicode(
+                    "".join(c for c in cleaned if c not in unknown))
+            if not cleaned:
+                problems.append(Problem("empty_text", split, where, "no vocabulary characters"))
+                continue
+            if len(cleaned) > d.max_text_length:
+                problems.append(Problem("text_too_long", split, where,
+                                        f"{len(cleaned)} characters > {d.max_text_length}"))
+                continue
+            if f.channels > 1:
+                problems.append(Problem("stereo", split, where, f"{f.channels} channels"))
+            if f.source_rate != d.sample_rate:
+                problems.append(Problem("resampled", split, where,
+                                        f"{f.source_rate} Hz → {d.sample_rate} Hz"))
+            usable.append(Item(row.id, row.audio_path, cleaned, tuple(tokenizer.encode(cleaned)),
+                               row.speaker, d.languages.index(row.language), f.num_samples,
+                               f.source_rate))
+        items[split] = usable
+
+    report = ValidationReport(
+        rows_read={s: len(rs) + len(parse_problems.get(s, ())) for s, rs in rows.items()},
+        problems=problems,
+        stats={s: split_stats(items[s], d.sample_rate) for s in rows})
+    return report, items, tokenizer
+
+
+def enforce(report: ValidationReport, items: Dict[str, List[Item]], data_config) -> None:
+    """Raises when the policy is 'fail' and rows would be skipped, or when fewer than
+    data.min_train_items training rows are usable. The message ends with the summary table."""
+    d = data_config
+    if d.validation_policy == "fail" and report.excluded():
+        first = next(p for p in report.problems if p.code in EXCLUDING)
+        raise DatasetValidationError(
+            f"data.validation_policy is 'fail' and {report.excluded()} row(s) have problems; "
+            f"the first: {first.code} at {first.where}: {first.detail}. Fix or remove these "
+            f"rows, or set data.validation_policy: skip to train without them.\n\n"
+            + report.table())
+    usable = len(items.get("train", []))
+    if usable < d.min_train_items:
+        raise DatasetError(
+            f"Only {usable} usable training row(s) remain after validation, fewer than "
+            f"data.min_train_items ({d.min_train_items}). See the problems in the table below, "
+            f"fix the dataset or lower data.min_train_items.\n\n" + report.table())
