@@ -46,8 +46,27 @@ flags.DEFINE_boolean("device-check", False, "Configure devices, place a tensor o
 flags.DEFINE_string("config", "configs/base.yaml", "YAML preset (configs/tiny.yaml, small.yaml, "
                     "base.yaml); flags below override it.")
 
+# ---- data ---------------------------------------------------------------------------------------
+flags.DEFINE_string("train-data", None, "Training dataset folder: metadata.csv (or "
+                    "metadata_train.csv + metadata_eval.csv) and wavs/ (see docs/data.md).")
+flags.DEFINE_string("val-data", None, "Validation dataset folder (default: metadata_eval.csv "
+                    "next to metadata_train.csv, else a seeded split of --train-data).")
+flags.DEFINE_integer("batch-size", None, "Utterances per batch in the longest length bucket "
+                     "(data.batch_size).")
+flags.DEFINE_integer("buffer-size", None, "Batches prefetched onto the data device "
+                     "(data.buffer_size).")
+flags.DEFINE_integer("num-workers", None, "Parallel tf.data map calls; 0 = AUTOTUNE "
+                     "(data.num_workers).")
+flags.DEFINE_boolean("validate-only", False, "Validate the dataset(s), print the summary table "
+                     "and statistics, write them to model_info.json in the checkpoint directory "
+                     "and exit: 0 when enough usable rows remain, non-zero with the reason.")
+
 # Flags that override a config field: flag name → dotted config key.
-CONFIG_FLAGS = {}
+CONFIG_FLAGS = {
+    "batch-size": "data.batch_size",
+    "buffer-size": "data.buffer_size",
+    "num-workers": "data.num_workers",
+}
 
 
 def _config_path(path: str) -> str:
@@ -90,8 +109,27 @@ def main(argv) -> int:
         for line in devices.self_check(plan):
             print(line)
         return 0
-    load_config()
+    config = load_config()
+    if FLAGS["validate-only"].value:
+        return validate_only(config)
     raise MyXTTSError("Nothing to do: pass --device-check.")
+
+
+def validate_only(config: XTTSConfig) -> int:
+    """--validate-only: the dataset report and statistics, no training."""
+    from myxtts.data.prepare import prepare_dataset  # pylint: disable=import-outside-toplevel
+    if not FLAGS["train-data"].value:
+        raise MyXTTSError("--validate-only needs --train-data DIR (a folder with metadata.csv "
+                          "and wavs/).")
+    work_dir = config.training.checkpoint_dir
+    prepared = prepare_dataset(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
+                               work_dir=work_dir)
+    print(prepared.report.table())
+    print(f"\nvalidation rows: {prepared.val_source}")
+    print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}")
+    print(f"OK: {len(prepared.items['train'])} usable training rows "
+          f"(data.min_train_items = {config.data.min_train_items}).")
+    return 0
 
 
 def _guarded_main(argv) -> int:
