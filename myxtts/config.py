@@ -132,7 +132,11 @@ class TrainingConfig:
     stop_pos_weight: float = _f(5.0, "Positive-class weight of the stop-token BCE.")
     guided_attention_weight: float = _f(1.0, "Initial weight of the guided-attention loss.")
     guided_attention_sigma: float = _f(0.2, "Width of the diagonal prior.")
-    guided_attention_decay_steps: int = _f(20000, "Steps over which that weight decays to 0.")
+    guided_attention_decay_steps: int = _f(20000, "Steps over which that weight decays "
+                                                  "linearly to 0; 0 = no decay.")
+    checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
+                                             "vocab.json and model_info.json go here "
+                                             "(--checkpoint-dir).")
     checkpoint_every_steps: int = _f(1000, "Save a checkpoint every N optimizer steps.")
     checkpoint_every_minutes: float = _f(30.0, "Also save every M minutes of training.")
     keep_checkpoints: int = _f(5, "Recent checkpoints kept (the best is kept separately).")
@@ -269,6 +273,8 @@ class XTTSConfig:
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.model_start_delay >= 0, "training.model_start_delay", "must be >= 0 seconds.")
+        need(t.checkpoint_dir.strip() != "", "training.checkpoint_dir",
+             "must name a directory (--checkpoint-dir).")
         for key in ("checkpoint_every_steps", "validate_every_steps", "log_every_steps",
                     "max_nonfinite_steps"):
             need(getattr(t, key) >= 1, f"training.{key}", "must be >= 1.")

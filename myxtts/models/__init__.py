@@ -1,0 +1,1 @@
+"""The XTTS-style acoustic model: layers (attention, blocks), encoders, decoder, XTTSModel."""

@@ -1,0 +1,160 @@
+"""Autoregressive mel decoder: prenet, causal transformer with cross-attention, heads, postnet.
+
+Decoder steps: with reduction factor r, step s predicts frames [s*r, (s+1)*r). Its input is the
+r frames of step s-1 flattened to r*n_mels (a zero "go" group for s = 0).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from myxtts.config import ModelConfig
+from myxtts.models.layers import (TransformerStack, causal_mask, fold_seed,
+                                  sinusoidal_encoding, stateless_dropout)
+
+# Decoder memories, in the order of the blocks' cross-attention sub-layers.
+LATENTS, TEXT = 0, 1
+
+
+def _position_keep_mask(positions: tf.Tensor, width: int, layer: int, rate: float) -> tf.Tensor:
+    """Inference-time dropout keep mask [len(positions), width] as a pure function of
+    (position, unit, layer): an integer hash (lowbias32, in int64 with explicit 32-bit wrap since
+    uint32 kernels are missing on CPU), exact on every device and under XLA, so cached and
+    full-recompute decoding see identical masks. Scaled by 1/(1-rate)."""
+    low32 = tf.constant(0xFFFFFFFF, tf.int64)
+
+    def mul(x, c):
+        return tf.bitwise.bitwise_and(x * tf.constant(c, tf.int64), low32)
+
+    def xorshift(x, bits):
+        return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, tf.constant(bits, tf.int64)))
+
+    pos = tf.cast(positions, tf.int64)[:, None]
+    unit = tf.range(width, dtype=tf.int64)[None, :]
+    x = tf.bitwise.bitwise_and(mul(pos, 0x9E3779B1) + mul(unit, 0x85EBCA77)
+                               + (layer * 0x27D4EB2F + 0x165667B1), low32)
+    x = xorshift(mul(xorshift(mul(xorshift(x, 16), 0x7FEB352D), 15), 0x846CA68B), 16)
+    uniform = tf.cast(tf.bitwise.right_shift(x, tf.constant(8, tf.int64)), tf.float32) / float(1 << 24)
+    return tf.cast(uniform >= rate, tf.float32) / (1.0 - rate)
+
+
+class Prenet(keras.layers.Layer):
+    """Two ReLU layers with dropout that stays on at inference (Tacotron): random masks in
+    training, fixed position-keyed masks otherwise (deterministic, identical in every decode
+    path)."""
+
+    def __init__(self, in_dim: int, units: int, rate: float, **kwargs):
+        super().__init__(**kwargs)
+        self.in_dim, self.units, self.rate = in_dim, units, rate
+        self.layers_ = [keras.layers.Dense(units, activation="relu", name=f"dense_{i}")
+                        for i in range(2)]
+
+    def build(self, input_shape=None):
+        self.layers_[0].build((None, None, self.in_dim))
+        self.layers_[1].build((None, None, self.units))
+        self.built = True
+
+    def call(self, x, positions, seed=None, training=False):
+        """x [B, S, in_dim]; positions [S] int32 decoder-step indices."""
+        for i, dense in enumerate(self.layers_):
+            x = dense(x)
+            if self.rate <= 0:
+                continue
+            if training:
+                x = stateless_dropout(x, self.rate, fold_seed(seed, i))
+            else:
+                x = x * tf.cast(_position_keep_mask(positions, self.units, i, self.rate),
+                                x.dtype)[None]
+        return x
+
+
+class Postnet(keras.layers.Layer):
+    """Residual conv stack refining the decoder's mel; padded frames are zeroed before every
+    convolution so they never leak into valid frames ("same" padding sees zeros either way)."""
+
+    def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
+        # autocast off: the residual path stays float32; the convolutions cast for themselves.
+        super().__init__(autocast=False, **kwargs)
+        self.n_mels = n_mels
+        n = config.postnet_layers
+        self.convs = [keras.layers.Conv1D(n_mels if i == n - 1 else config.postnet_channels,
+                                          config.postnet_kernel, padding="same",
+                                          activation=None if i == n - 1 else "tanh",
+                                          name=f"conv_{i}") for i in range(n)]
+
+    def build(self, input_shape=None):
+        channels = self.n_mels
+        for conv in self.convs:
+            conv.build((None, None, channels))
+            channels = conv.filters
+        self.built = True
+
+    def call(self, mel, frame_mask):
+        """mel [B, T, n_mels] float32, frame_mask [B, T] bool → mel + residual (float32)."""
+        mel = tf.cast(mel, tf.float32)
+        keep = tf.cast(frame_mask, tf.float32)[..., None]
+        x = mel
+        for conv in self.convs:
+            x = conv(x * tf.cast(keep, x.dtype))
+        return (mel + tf.cast(x, tf.float32)) * keep
+
+
+class MelDecoder(keras.layers.Layer):
+    """Prenet → input projection + sinusoidal step positions → causal pre-LN transformer that
+    cross-attends to the speaker latents and the text → mel (r frames/step) and stop heads."""
+
+    def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
+        super().__init__(**kwargs)
+        self.r, self.n_mels, self.d_model = config.reduction_factor, n_mels, config.d_model
+        self.dropout = config.dropout
+        self.prenet = Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
+                             name="prenet")
+        self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
+        self.transformer = TransformerStack(
+            config.decoder_layers, config.d_model, config.num_heads,
+            config.ff_multiplier * config.d_model, config.dropout, num_memories=2,
+            gradient_checkpointing=config.gradient_checkpointing, name="transformer")
+        # Heads in float32: their outputs feed the losses directly (Keras mixed-precision advice).
+        self.mel_projection = keras.layers.Dense(self.r * n_mels, dtype="float32",
+                                                 name="mel_projection")
+        self.stop_projection = keras.layers.Dense(self.r, dtype="float32",
+                                                  name="stop_projection")
+
+    def build(self, input_shape=None):
+        self.prenet.build(None)
+        self.input_projection.build((None, None, self.prenet.units))
+        self.transformer.build(None)
+        self.mel_projection.build((None, None, self.d_model))
+        self.stop_projection.build((None, None, self.d_model))
+        self.built = True
+
+    def embed_inputs(self, step_inputs, positions, seed=None, training=False):
+        """step_inputs [B, S, r*n_mels] (previous steps' frames) → [B, S, d]."""
+        x = self.input_projection(self.prenet(step_inputs, positions, fold_seed(seed, 0),
+                                              training=training))
+        x = x + tf.cast(sinusoidal_encoding(positions, self.d_model), x.dtype)[None]
+        return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
+
+    def heads(self, x):
+        """Decoder states [B, S, d] → (frames [B, S, r*n_mels], stop logits [B, S, r])."""
+        return self.mel_projection(x), self.stop_projection(x)
+
+    def call(self, step_inputs, latents, text, text_mask, seed=None, training=False):
+        """Teacher-forced pass over all steps. Returns (frames [B,S,r*n], stop [B,S,r],
+        text cross-attention weights of the last block [B, H, S, T_text])."""
+        s = tf.shape(step_inputs)[1]
+        x = self.embed_inputs(step_inputs, tf.range(s), seed, training)
+        x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
+                                      memory_masks=[None, text_mask], seed=fold_seed(seed, 2),
+                                      training=training)
+        frames, stop = self.heads(x)
+        return frames, stop, weights[TEXT]
+
+
+def previous_step_inputs(mel: tf.Tensor, r: int) -> tf.Tensor:
+    """Teacher forcing: mel [B, T, n] (T a multiple of r) → inputs [B, T/r, r*n] where step s
+    holds the frames of step s-1 and step 0 the zero go-group."""
+    b, t, n = tf.shape(mel)[0], tf.shape(mel)[1], mel.shape[-1]
+    steps = tf.reshape(mel, [b, t // r, r * n])
+    return tf.pad(steps, [[0, 0], [1, 0], [0, 0]])[:, :-1]

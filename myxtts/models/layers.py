@@ -1,0 +1,270 @@
+"""Attention and transformer building blocks shared by every part of the acoustic model.
+
+Mask convention (the only one in myxtts): a **boolean** mask where **True = may attend**,
+broadcastable to [batch, heads, queries, keys]. Helpers below build every mask the model needs
+(`length_mask`, `key_padding_mask`, `causal_mask`); nothing else creates masks. Additive
+masks are never used, so there is no sign to get wrong.
+
+Why not `keras.ops.dot_product_attention`: it uses the same boolean convention, but it does not
+return the attention weights (the decoder's text cross-attention weights are the alignments that
+the guided-attention loss and the plots need) and under mixed precision its softmax runs in the
+compute dtype. `attend` computes the logits from pre-scaled q in the compute dtype (tensor cores),
+then masks and normalises in float32.
+
+Dropout inside blocks is *stateless* (`tf.nn.experimental.stateless_dropout`) with a seed passed
+in by the caller, so a block recomputed by `tf.recompute_grad` draws the same masks as in the
+forward pass.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+# Logit for a masked position. Finite (not -inf) so a row with every key masked gives uniform
+# weights instead of NaN; exp(-1e9 - max) is exactly 0 in float32, so masked keys get weight 0.
+_MASKED_LOGIT = -1e9
+
+
+# ---- masks ---------------------------------------------------------------------------------
+def length_mask(lengths: tf.Tensor, max_len) -> tf.Tensor:
+    """[B, T] bool, True at positions < lengths[b]."""
+    return tf.sequence_mask(lengths, max_len)
+
+
+def key_padding_mask(lengths: tf.Tensor, max_len) -> tf.Tensor:
+    """[B, 1, 1, T_keys] bool: every query may attend to the valid keys of its item."""
+    return length_mask(lengths, max_len)[:, None, None, :]
+
+
+def causal_mask(length) -> tf.Tensor:
+    """[1, 1, T, T] bool, True where key position <= query position."""
+    ones = tf.ones([length, length], tf.bool)
+    return tf.linalg.band_part(ones, -1, 0)[None, None]
+
+
+def sinusoidal_encoding(positions: tf.Tensor, dim: int) -> tf.Tensor:
+    """Sinusoidal position encoding [..., dim] (float32) for integer positions of any length."""
+    positions = tf.cast(positions, tf.float32)[..., None]
+    half = dim // 2
+    freqs = tf.exp(-math.log(10000.0) * tf.range(half, dtype=tf.float32) / max(half, 1))
+    angles = positions * freqs
+    enc = tf.concat([tf.sin(angles), tf.cos(angles)], axis=-1)
+    if dim % 2:
+        enc = tf.pad(enc, [[0, 0]] * (len(enc.shape) - 1) + [[0, 1]])
+    return enc
+
+
+# ---- attention -----------------------------------------------------------------------------
+def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
+           mask: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Scaled dot-product attention, the single implementation used by the whole model.
+
+    q: [B, H, Tq, Dh]; k, v: [B, H, Tk, Dh] (compute dtype); mask: bool broadcastable to
+    [B, H, Tq, Tk], True = may attend, or None (attend everywhere).
+    Returns (output [B, H, Tq, Dh] in v's dtype, weights [B, H, Tq, Tk] float32).
+    """
+    scale = tf.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
+    logits = tf.cast(tf.matmul(q * scale, k, transpose_b=True), tf.float32)
+    if mask is not None:
+        logits = tf.where(mask, logits, tf.constant(_MASKED_LOGIT, tf.float32))
+    weights = tf.nn.softmax(logits, axis=-1)
+    out = tf.matmul(tf.cast(weights, v.dtype), v)
+    return out, weights
+
+
+def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor]) -> tf.Tensor:
+    """Dropout keyed by `seed` ([2] int32); identity when rate == 0 or seed is None (inference)."""
+    if seed is None or rate <= 0.0:
+        return x
+    return tf.nn.experimental.stateless_dropout(x, rate=rate, seed=seed)
+
+
+def fold_seed(seed: Optional[tf.Tensor], index: int) -> Optional[tf.Tensor]:
+    """A distinct, deterministic seed for sub-layer `index` (None stays None)."""
+    if seed is None:
+        return None
+    return tf.random.experimental.stateless_fold_in(seed, index)
+
+
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with separate query and key/value projections.
+
+    The split (`query_heads`, `key_value_heads`, `combine`) lets the decoder project a memory once
+    and reuse it at every decode step, and keep a key/value cache for self-attention.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.wq = keras.layers.Dense(d_model, name="query")
+        self.wkv = keras.layers.Dense(2 * d_model, name="key_value")
+        self.wo = keras.layers.Dense(d_model, name="output")
+
+    def build(self, input_shape=None):
+        self.wq.build((None, None, self.d_model))
+        self.wkv.build((None, None, self.d_model))
+        self.wo.build((None, None, self.d_model))
+        self.built = True
+
+    def _split(self, x: tf.Tensor) -> tf.Tensor:
+        b, t = tf.shape(x)[0], tf.shape(x)[1]
+        x = tf.reshape(x, [b, t, self.num_heads, self.head_dim])
+        return tf.transpose(x, [0, 2, 1, 3])
+
+    def query_heads(self, x: tf.Tensor) -> tf.Tensor:
+        return self._split(self.wq(x))
+
+    def key_value_heads(self, memory: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        k, v = tf.split(self.wkv(memory), 2, axis=-1)
+        return self._split(k), self._split(v)
+
+    def combine(self, heads: tf.Tensor) -> tf.Tensor:
+        b, t = tf.shape(heads)[0], tf.shape(heads)[2]
+        x = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]), [b, t, self.d_model])
+        return self.wo(x)
+
+    def call(self, x, memory, mask=None):
+        """Returns (output [B, Tq, d_model], weights [B, H, Tq, Tk] float32)."""
+        k, v = self.key_value_heads(memory)
+        out, weights = attend(self.query_heads(x), k, v, mask)
+        return self.combine(out), weights
+
+
+class FeedForward(keras.layers.Layer):
+    def __init__(self, d_model: int, hidden: int, dropout: float, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.hidden, self.dropout = d_model, hidden, dropout
+        self.inner = keras.layers.Dense(hidden, activation="gelu", name="inner")
+        self.outer = keras.layers.Dense(d_model, name="outer")
+
+    def build(self, input_shape=None):
+        self.inner.build((None, None, self.d_model))
+        self.outer.build((None, None, self.hidden))
+        self.built = True
+
+    def call(self, x, seed=None):
+        return self.outer(stateless_dropout(self.inner(x), self.dropout, seed))
+
+
+def _layer_norm(name: str) -> keras.layers.LayerNormalization:
+    return keras.layers.LayerNormalization(epsilon=1e-5, name=name)
+
+
+class TransformerBlock(keras.layers.Layer):
+    """Pre-LN block: x + SelfAttn(LN x) [+ x + CrossAttn(LN x, memory) ...] + FF(LN x).
+
+    `num_memories` cross-attention sub-layers attend, in order, to the memories passed to `call`.
+    Returns (x, [cross-attention weights per memory]).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float,
+                 num_memories: int = 0, gradient_checkpointing: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.dropout = dropout
+        self.gradient_checkpointing = gradient_checkpointing
+        self.self_norm = _layer_norm("self_attention_norm")
+        self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention")
+        self.cross_norms = [_layer_norm(f"cross_attention_{i}_norm") for i in range(num_memories)]
+        self.cross_attentions = [MultiHeadAttention(d_model, num_heads, name=f"cross_attention_{i}")
+                                 for i in range(num_memories)]
+        self.ff_norm = _layer_norm("feed_forward_norm")
+        self.feed_forward = FeedForward(d_model, ff_dim, dropout, name="feed_forward")
+
+    def build(self, input_shape=None):
+        shape = (None, None, self.d_model)
+        for layer in [self.self_norm, self.self_attention, *self.cross_norms,
+                      *self.cross_attentions, self.ff_norm, self.feed_forward]:
+            layer.build(shape)
+        self.built = True
+
+    def _residual(self, x, delta, seed):
+        return x + stateless_dropout(delta, self.dropout, seed)
+
+    def _forward(self, x, self_mask, memories, memory_masks, seed):
+        normed = self.self_norm(x)
+        h, _ = self.self_attention(normed, normed, self_mask)
+        x = self._residual(x, h, fold_seed(seed, 0))
+        weights = []
+        for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
+            h, w = attention(norm(x), memories[i], memory_masks[i])
+            x = self._residual(x, h, fold_seed(seed, 1 + i))
+            weights.append(w)
+        h = self.feed_forward(self.ff_norm(x), fold_seed(seed, 10))
+        return self._residual(x, h, fold_seed(seed, 11)), weights
+
+    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False):
+        """x [B, T, d]; masks bool (True = may attend); seed [2] int32 for dropout or None."""
+        memories, memory_masks = list(memories), list(memory_masks)
+        if not (self.gradient_checkpointing and training):
+            return self._forward(x, self_mask, memories, memory_masks, seed)
+        # tf.recompute_grad takes tensors only; masks/seeds are closed over (no gradient).
+        n = len(memories)
+
+        def fn(x_, *mems):
+            out, weights = self._forward(x_, self_mask, list(mems), memory_masks, seed)
+            return (out, *weights)
+
+        out, *weights = tf.recompute_grad(fn)(x, *memories)
+        return out, list(weights[:n])
+
+    # ---- incremental decoding -------------------------------------------------------------
+    def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks):
+        """One decode position with a preallocated self-attention cache (inference only).
+
+        x: [B, 1, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
+        memory_kv: [(k, v)] per memory, already projected. Returns (x, cache_k, cache_v,
+        [cross weights]). The cache is written with a one-hot select (static shapes, XLA-friendly).
+        """
+        h = self.self_norm(x)
+        q = self.self_attention.query_heads(h)
+        k, v = self.self_attention.key_value_heads(h)
+        slots = tf.shape(cache_k)[2]
+        here = tf.equal(tf.range(slots), position)[None, None, :, None]
+        cache_k = tf.where(here, k, cache_k)
+        cache_v = tf.where(here, v, cache_v)
+        visible = (tf.range(slots) <= position)[None, None, None, :]
+        out, _ = attend(q, cache_k, cache_v, visible)
+        x = x + self.self_attention.combine(out)
+        weights = []
+        for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
+            mk, mv = memory_kv[i]
+            out, w = attend(attention.query_heads(norm(x)), mk, mv, memory_masks[i])
+            x = x + attention.combine(out)
+            weights.append(w)
+        x = x + self.feed_forward(self.ff_norm(x))
+        return x, cache_k, cache_v, weights
+
+
+class TransformerStack(keras.layers.Layer):
+    """`num_layers` TransformerBlocks followed by a final LayerNorm (pre-LN convention)."""
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, ff_dim: int,
+                 dropout: float, num_memories: int = 0, gradient_checkpointing: bool = False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.blocks = [TransformerBlock(d_model, num_heads, ff_dim, dropout, num_memories,
+                                        gradient_checkpointing, name=f"block_{i}")
+                       for i in range(num_layers)]
+        self.final_norm = _layer_norm("final_norm")
+
+    def build(self, input_shape=None):
+        for block in self.blocks:
+            block.build((None, None, self.d_model))
+        self.final_norm.build((None, None, self.d_model))
+        self.built = True
+
+    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False):
+        """Returns (x, weights of the last block's cross-attentions)."""
+        weights = []
+        for i, block in enumerate(self.blocks):
+            x, weights = block(x, self_mask, memories, memory_masks,
+                               seed=fold_seed(seed, i), training=training)
+        return self.final_norm(x), weights

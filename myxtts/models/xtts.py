@@ -1,0 +1,208 @@
+"""XTTSModel: the XTTS-style acoustic model (text + speaker reference → log10 mel).
+
+Public API (docs/model.md has the diagram and the contracts):
+
+    model = XTTSModel(config.model, vocab_size, num_languages, n_mels)   # weights built here
+    out = model(batch, training=...)        # teacher forced; batch as in docs/architecture.md
+        out["mel_before"]  float32 [B, T_mel, n_mels]  decoder output (values past mel_lengths
+                                                       are unspecified)
+        out["mel_after"]   float32 [B, T_mel, n_mels]  + postnet residual (0 past mel_lengths)
+        out["stop_logits"] float32 [B, T_mel]          PER FRAME; frame mel_lengths-1 is the stop
+        out["alignments"]  float32 [B, T_mel / r, T_text]  text cross-attention of the last
+                                                       decoder block, mean over heads
+    latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
+    out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
+        out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
+        out["mel_lengths"] int32   [B]
+        out["alignments"]  float32 [B, max_steps, T_text]
+
+`generate` also takes keyword-only `stop_threshold`, `use_cache` (False = full-recompute
+reference path) and `jit_compile`. `decode` is the graph-building body of `generate` for callers
+that wrap it in their own tf.function (the SavedModel exporter). The output length of `generate`
+is static (max_steps * r, max_steps defaulting to model.max_decoder_steps) so it compiles with XLA
+and exports with fixed shapes; slice each item with mel_lengths.
+
+All weights are created in the constructor, so constructing the model inside
+`with tf.device(...)` puts every variable there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Dict, Optional
+
+import keras
+import tensorflow as tf
+
+from myxtts.config import ModelConfig
+from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
+from myxtts.models.encoders import SpeakerEncoder, TextEncoder
+from myxtts.models.layers import fold_seed, key_padding_mask, length_mask
+
+
+class _FunctionCache:
+    """Compiled generate functions by options; a plain object so Keras/TF tracking ignores it."""
+
+    def __init__(self):
+        self.functions = {}
+
+
+class XTTSModel(keras.Model):
+    def __init__(self, config: ModelConfig, vocab_size: int, num_languages: int, n_mels: int,
+                 **kwargs):
+        kwargs.setdefault("name", "xtts")
+        super().__init__(**kwargs)
+        self.config = config
+        self.n_mels = n_mels
+        self.reduction_factor = config.reduction_factor
+        self.stop_threshold = config.stop_threshold
+        self.max_decoder_steps = config.max_decoder_steps
+        self.max_frames_per_token = config.max_frames_per_token
+        self.gradient_checkpointing = config.gradient_checkpointing
+        self.text_encoder = TextEncoder(config, vocab_size, num_languages, name="text_encoder")
+        self.speaker_encoder = SpeakerEncoder(config, n_mels, name="speaker_encoder")
+        self.decoder = MelDecoder(config, n_mels, name="decoder")
+        self.postnet = Postnet(config, n_mels, name="postnet")
+        self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
+        self._generate_cache = _FunctionCache()
+        self._build_weights()
+
+    def _build_weights(self):
+        r, n = self.reduction_factor, self.n_mels
+        one = tf.ones([1], tf.int32)
+        self({"tokens": tf.ones([1, 1], tf.int32), "token_lengths": one,
+              "language_ids": tf.zeros([1], tf.int32), "mel": tf.zeros([1, r, n]),
+              "mel_lengths": one * r, "ref_mel": tf.zeros([1, 1, n]), "ref_lengths": one},
+             training=False)
+
+    def _dropout_seed(self, training: bool) -> Optional[tf.Tensor]:
+        if not training:
+            return None
+        return keras.random.randint((2,), 0, 2 ** 31 - 1, seed=self.seed_generator,
+                                    dtype="int32")
+
+    # ---- teacher-forced training pass ------------------------------------------------------
+    def call(self, batch, training=False) -> Dict[str, tf.Tensor]:
+        r, n = self.reduction_factor, self.n_mels
+        seed = self._dropout_seed(training)
+        tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
+        text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
+                                 seed=fold_seed(seed, 0), training=training)
+        latents = self.speaker_encoder(batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32),
+                                       seed=fold_seed(seed, 1), training=training)
+        mel = batch["mel"]
+        b, t = tf.shape(mel)[0], tf.shape(mel)[1]
+        frames, stop, weights = self.decoder(
+            previous_step_inputs(mel, r), latents, text,
+            key_padding_mask(token_lengths, tf.shape(tokens)[1]), seed=fold_seed(seed, 2),
+            training=training)
+        mel_before = tf.reshape(frames, [b, t, n])
+        mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
+        return {"mel_before": mel_before, "mel_after": mel_after,
+                "stop_logits": tf.reshape(stop, [b, t]),
+                "alignments": tf.reduce_mean(weights, axis=1)}
+
+    def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
+        """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]."""
+        latents = self.speaker_encoder(ref_mel, tf.cast(ref_lengths, tf.int32),
+                                       seed=self._dropout_seed(training), training=training)
+        return tf.cast(latents, tf.float32)
+
+    # ---- inference ------------------------------------------------------------------------
+    def generate(self, tokens, token_lengths, language_ids, latents, max_steps=None, *,
+                 stop_threshold=None, use_cache=True, jit_compile=False):
+        """Autoregressive decode in a (cached) tf.function; see the module docstring."""
+        max_steps = int(max_steps or self.max_decoder_steps)
+        threshold = float(self.stop_threshold if stop_threshold is None else stop_threshold)
+        if jit_compile and not use_cache:
+            raise ValueError("The full-recompute path grows its input each step and cannot be "
+                             "XLA-compiled; use use_cache=True with jit_compile=True.")
+        key = (max_steps, threshold, use_cache, jit_compile)
+        fn = self._generate_cache.functions.get(key)
+        if fn is None:
+            fn = tf.function(functools.partial(self.decode, max_steps=max_steps,
+                                               stop_threshold=threshold, use_cache=use_cache),
+                             jit_compile=jit_compile, reduce_retracing=True)
+            self._generate_cache.functions[key] = fn
+        return fn(tokens, token_lengths, language_ids, latents)
+
+    def decode(self, tokens, token_lengths, language_ids, latents, max_steps: int,
+               stop_threshold: float, use_cache: bool = True) -> Dict[str, tf.Tensor]:
+        """Graph body of `generate` (a tf.while_loop); call it inside a tf.function.
+
+        Item b stops after the first frame whose stop probability exceeds `stop_threshold`, or
+        after ceil(token_lengths[b] * max_frames_per_token / r) steps, or after max_steps steps.
+        """
+        r, n = self.reduction_factor, self.n_mels
+        tokens = tf.convert_to_tensor(tokens, tf.int32)
+        token_lengths = tf.cast(token_lengths, tf.int32)
+        b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
+        text = self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32))
+        text_mask = key_padding_mask(token_lengths, t_text)
+        latents = tf.cast(latents, self.compute_dtype)
+        limit = tf.cast(tf.math.ceil(tf.cast(token_lengths, tf.float32)
+                                     * self.max_frames_per_token / r), tf.int32)
+        limit = tf.clip_by_value(limit, 1, max_steps)
+        stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
+        slots = tf.range(max_steps)
+
+        def record(step, frames, stop, align, frames_buf, align_buf, done, lengths):
+            here = tf.equal(slots, step)[None, :, None]
+            frames_buf = tf.where(here, frames, frames_buf)
+            align_buf = tf.where(here, align[:, None, :], align_buf)
+            over = stop[:, 0, :] > stop_logit
+            stopped = tf.reduce_any(over, axis=-1)
+            first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
+            ended = stopped | (step + 1 >= limit)
+            finishing = ended & ~done
+            new_lengths = tf.where(stopped, step * r + first + 1, (step + 1) * r)
+            return (frames_buf, align_buf, done | ended,
+                    tf.where(finishing, new_lengths, lengths))
+
+        state = (tf.constant(0), tf.zeros([b, max_steps, r * n]),
+                 tf.zeros([b, max_steps, t_text]), tf.zeros([b], tf.bool),
+                 tf.zeros([b], tf.int32))
+
+        def cond(step, frames_buf, align_buf, done, lengths, *_):
+            return (step < max_steps) & ~tf.reduce_all(done)
+
+        if use_cache:
+            blocks = self.decoder.transformer.blocks
+            memory_kv = [[block.cross_attentions[LATENTS].key_value_heads(latents),
+                          block.cross_attentions[TEXT].key_value_heads(text)]
+                         for block in blocks]
+            heads = blocks[0].self_attention
+            cache = tf.zeros([b, heads.num_heads, max_steps, heads.head_dim], self.compute_dtype)
+            caches = tuple((cache, cache) for _ in blocks)
+
+            def body(step, frames_buf, align_buf, done, lengths, previous, caches):
+                x = self.decoder.embed_inputs(previous, step[None])
+                new_caches = []
+                for block, (ck, cv), kv in zip(blocks, caches, memory_kv):
+                    x, ck, cv, weights = block.step(x, ck, cv, step, kv, [None, text_mask])
+                    new_caches.append((ck, cv))
+                frames, stop = self.decoder.heads(self.decoder.transformer.final_norm(x))
+                align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
+                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
+                return (step + 1, *out, frames, tuple(new_caches))
+
+            loop_vars = (*state, tf.zeros([b, 1, r * n]), caches)
+            final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps)
+        else:
+            def body(step, frames_buf, align_buf, done, lengths, inputs):
+                frames, stop, weights = self.decoder(inputs, latents, text, text_mask)
+                frames, stop = frames[:, -1:], stop[:, -1:]
+                align = tf.reduce_mean(weights, axis=1)[:, -1]
+                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
+                return (step + 1, *out, tf.concat([inputs, frames], axis=1))
+
+            loop_vars = (*state, tf.zeros([b, 1, r * n]))
+            invariants = tuple(tf.nest.map_structure(lambda v: tf.TensorShape(v.shape), state))
+            final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps,
+                                  shape_invariants=(*invariants,
+                                                    tf.TensorShape([None, None, r * n])))
+        _, frames_buf, align_buf, _, lengths = final[:5]
+        mel_before = tf.reshape(frames_buf, [b, max_steps * r, n])
+        mel = self.postnet(mel_before, length_mask(lengths, max_steps * r))
+        return {"mel": mel, "mel_lengths": lengths, "alignments": align_buf}

@@ -1,0 +1,108 @@
+"""Training losses of the acoustic model, masked by true lengths, float32 under any policy.
+
+    compute_losses(outputs, batch, training_config, step, reduction_factor) -> dict of float32
+    scalars:
+        "mel"                      mel loss before the postnet (training.mel_loss: l1 | l2 | l1+l2)
+        "postnet"                  the same loss after the postnet
+        "stop"                     stop-token BCE, positives weighted by training.stop_pos_weight
+        "guided_attention"         guided-attention loss (diagonal prior), unweighted
+        "guided_attention_weight"  its weight at `step` (linear decay to 0)
+        "total"                    mel_loss_weight * mel + postnet_loss_weight * postnet
+                                   + stop_loss_weight * stop
+                                   + guided_attention_weight * guided_attention
+
+`outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
+Stop targets are per frame: frame mel_lengths-1 is positive, the earlier valid frames negative,
+padding ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Dict
+
+import tensorflow as tf
+
+from myxtts.config import TrainingConfig
+
+
+def _masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
+    """Mean of `values` over positions where `mask` (float32, broadcastable) is 1."""
+    mask = tf.broadcast_to(mask, tf.shape(values))
+    return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def mel_loss(prediction: tf.Tensor, target: tf.Tensor, frame_mask: tf.Tensor,
+             kind: str) -> tf.Tensor:
+    """Masked l1 | l2 | l1+l2 over valid frames and all mel bands."""
+    error = tf.cast(prediction, tf.float32) - tf.cast(target, tf.float32)
+    mask = frame_mask[..., None]
+    terms = {"l1": lambda: _masked_mean(tf.abs(error), mask),
+             "l2": lambda: _masked_mean(tf.square(error), mask)}
+    if kind == "l1+l2":
+        return terms["l1"]() + terms["l2"]()
+    return terms[kind]()
+
+
+def stop_loss(stop_logits: tf.Tensor, mel_lengths: tf.Tensor, frame_mask: tf.Tensor,
+              pos_weight: float) -> tf.Tensor:
+    """Per-frame BCE; the last valid frame is the positive, weighted by pos_weight."""
+    num_frames = tf.shape(stop_logits)[1]
+    labels = tf.cast(tf.equal(tf.range(num_frames)[None, :], mel_lengths[:, None] - 1),
+                     tf.float32)
+    bce = tf.nn.weighted_cross_entropy_with_logits(labels, tf.cast(stop_logits, tf.float32),
+                                                   pos_weight)
+    return _masked_mean(bce, frame_mask)
+
+
+def guided_attention_loss(alignments: tf.Tensor, token_lengths: tf.Tensor,
+                          mel_lengths: tf.Tensor, reduction_factor: int,
+                          sigma: float) -> tf.Tensor:
+    """Mean of A[b, s, n] * (1 - exp(-(n/N_b - s/S_b)^2 / (2 sigma^2))) over valid (s, n):
+    attention far from the diagonal of each item's own text/decoder-step lengths is penalised.
+    """
+    alignments = tf.cast(alignments, tf.float32)
+    steps, text = tf.shape(alignments)[1], tf.shape(alignments)[2]
+    step_lengths = (mel_lengths + reduction_factor - 1) // reduction_factor
+    s = tf.cast(tf.range(steps), tf.float32)[None, :, None] / tf.cast(
+        step_lengths, tf.float32)[:, None, None]
+    n = tf.cast(tf.range(text), tf.float32)[None, None, :] / tf.cast(
+        token_lengths, tf.float32)[:, None, None]
+    penalty = 1.0 - tf.exp(-tf.square(n - s) / (2.0 * sigma ** 2))
+    mask = (tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, :, None]
+            * tf.cast(tf.sequence_mask(token_lengths, text), tf.float32)[:, None, :])
+    return _masked_mean(alignments * penalty, mask)
+
+
+def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
+    """training.guided_attention_weight decaying linearly to 0 over
+    guided_attention_decay_steps (0 = no decay)."""
+    weight = tf.constant(config.guided_attention_weight, tf.float32)
+    if config.guided_attention_decay_steps <= 0:
+        return weight
+    progress = tf.cast(step, tf.float32) / float(config.guided_attention_decay_steps)
+    return weight * tf.maximum(0.0, 1.0 - progress)
+
+
+def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
+                   training_config: TrainingConfig, step,
+                   reduction_factor: int) -> Dict[str, tf.Tensor]:
+    """All training losses; see the module docstring for the keys."""
+    c = training_config
+    mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
+    token_lengths = tf.cast(batch["token_lengths"], tf.int32)
+    target = batch["mel"]
+    frames = tf.cast(tf.sequence_mask(mel_lengths, tf.shape(target)[1]), tf.float32)
+    losses = {
+        "mel": mel_loss(outputs["mel_before"], target, frames, c.mel_loss),
+        "postnet": mel_loss(outputs["mel_after"], target, frames, c.mel_loss),
+        "stop": stop_loss(outputs["stop_logits"], mel_lengths, frames, c.stop_pos_weight),
+        "guided_attention": guided_attention_loss(outputs["alignments"], token_lengths,
+                                                  mel_lengths, reduction_factor,
+                                                  c.guided_attention_sigma),
+        "guided_attention_weight": guided_attention_weight(c, step),
+    }
+    losses["total"] = (c.mel_loss_weight * losses["mel"]
+                       + c.postnet_loss_weight * losses["postnet"]
+                       + c.stop_loss_weight * losses["stop"]
+                       + losses["guided_attention_weight"] * losses["guided_attention"])
+    return losses
