@@ -119,7 +119,7 @@ def _expand_integer(m: re.Match) -> str:
 
 def expand_english_numbers(text: str) -> str:
     """Spells out money, percentages, ordinals, decimals and integers in English words."""
-    text = re.sub(r"(\d),(\d{3})", r"\1\2", text)
+    text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
     text = re.sub(r"£([\d.]+)", lambda m: m.group(1) + " pounds", text)
     text = re.sub(r"\$([\d.]*\d)", _expand_money, text)
     text = re.sub(r"(\d+(?:\.\d+)?)\s*%", r"\1 percent", text)

@@ -111,8 +111,9 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def split_stats(items: Sequence[Item], sample_rate: int) -> dict:
-    """Utterances, total duration (HH:MM:SS and seconds) and the same per speaker."""
+def split_stats(items: Sequence[Item], sample_rate: int, languages: Sequence[str]) -> dict:
+    """Utterances, total duration (HH:MM:SS and seconds), the same per speaker, and
+    utterances per language."""
     per_speaker: Dict[str, List[float]] = collections.defaultdict(list)
     for item in items:
         per_speaker[item.speaker].append(item.num_samples / sample_rate)
@@ -121,7 +122,8 @@ def split_stats(items: Sequence[Item], sample_rate: int) -> dict:
             "seconds": round(total, 2),
             "speakers": {s: {"utterances": len(v), "duration": format_duration(sum(v)),
                              "seconds": round(sum(v), 2)}
-                         for s, v in sorted(per_speaker.items())}}
+                         for s, v in sorted(per_speaker.items())},
+            "languages": dict(collections.Counter(languages[it.language_id] for it in items))}
 
 
 @dataclasses.dataclass
@@ -171,8 +173,10 @@ class ValidationReport:
             st = self.stats[s]
             speakers = ", ".join(f"{k} {v['utterances']} ({v['duration']})"
                                  for k, v in st["speakers"].items())
+            langs = ", ".join(f"{k} {v}" for k, v in st["languages"].items())
             lines.append(f"\n  {s}: {st['utterances']} utterances, {st['duration']} "
-                         f"({st['seconds']:.1f} s); speakers: {speakers or '-'}")
+                         f"({st['seconds']:.1f} s); speakers: {speakers or '-'}; "
+                         f"languages: {langs or '-'}")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -403,7 +407,7 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
     report = ValidationReport(
         rows_read={s: len(rs) + len(parse_problems.get(s, ())) for s, rs in rows.items()},
         problems=problems,
-        stats={s: split_stats(items[s], d.sample_rate) for s in rows})
+        stats={s: split_stats(items[s], d.sample_rate, d.languages) for s in rows})
     return report, items, tokenizer
 
 

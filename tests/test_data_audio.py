@@ -1,0 +1,96 @@
+"""Audio: the tf.signal log-mel matches librosa on real speech, batching/padding does not change
+a frame, decoding handles every format, reference slices stay within bounds."""
+
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import soundfile as sf
+
+from myxtts.config import XTTSConfig
+from myxtts.data import audio
+from tests.data_samples import sample_rows, tiny_config
+
+PARITY = 1e-3
+
+
+class LogMelParityTest(unittest.TestCase):
+    def test_matches_librosa_on_real_speech_tiny_config(self):
+        d = tiny_config().data
+        log_mel = audio.LogMel.from_config(d)
+        rows = sample_rows()
+        for uid, _, _, _, path in rows[::7]:  # ogg, flac, wav; en, de, es; both speakers
+            samples = audio.decode(path, d.sample_rate).samples
+            expected = audio.librosa_log_mel(samples, d)
+            got = log_mel(samples[None])[0].numpy()
+            self.assertEqual(got.shape, expected.shape)
+            self.assertLessEqual(float(np.abs(got - expected).max()), PARITY, uid)
+
+    def test_matches_librosa_with_base_config_and_short_window(self):
+        d = XTTSConfig().data  # 22.05 kHz, n_fft 1024, 80 mels
+        d.win_length = 800  # window shorter than the FFT: librosa centres it
+        samples = audio.decode(sample_rows()[1][4], d.sample_rate).samples
+        got = audio.LogMel.from_config(d)(samples[None])[0].numpy()
+        self.assertLessEqual(float(np.abs(got - audio.librosa_log_mel(samples, d)).max()), PARITY)
+
+    def test_padding_in_a_batch_does_not_change_frames(self):
+        d = tiny_config().data
+        log_mel = audio.LogMel.from_config(d)
+        a = audio.decode(sample_rows()[0][4], d.sample_rate).samples
+        b = audio.decode(sample_rows()[1][4], d.sample_rate).samples
+        width = max(len(a), len(b)) + 3000
+        batch = np.zeros([2, width], np.float32)
+        batch[0, :len(a)], batch[1, :len(b)] = a, b
+        mel, lengths = log_mel.masked(batch, np.array([len(a), len(b)], np.int32))
+        mel, lengths = mel.numpy(), lengths.numpy()
+        self.assertEqual(list(lengths), [audio.num_frames(len(a), d.hop_length),
+                                         audio.num_frames(len(b), d.hop_length)])
+        for row, samples in enumerate((a, b)):
+            alone = audio.librosa_log_mel(samples, d)
+            self.assertLessEqual(float(np.abs(mel[row, :lengths[row]] - alone).max()), PARITY)
+            np.testing.assert_allclose(mel[row, lengths[row]:], np.log10(d.mel_floor))
+
+
+class DecodeTest(unittest.TestCase):
+    def test_stereo_is_downmixed_and_rate_converted(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            t = np.arange(44100) / 44100.0
+            left, right = np.sin(2 * np.pi * 440 * t), np.sin(2 * np.pi * 440 * t) * 0.5
+            path = os.path.join(tmp, "x.flac")
+            sf.write(path, np.stack([left, right], 1).astype(np.float32), 44100)
+            decoded = audio.decode(path, 16000)
+        self.assertEqual((decoded.source_rate, decoded.source_channels), (44100, 2))
+        self.assertEqual(decoded.samples.ndim, 1)
+        self.assertAlmostEqual(len(decoded.samples), 16000, delta=2)
+        self.assertAlmostEqual(float(np.abs(decoded.samples).max()), 0.75, delta=0.02)
+
+    def test_trim_and_loudness(self):
+        d = tiny_config().data
+        samples = audio.decode(sample_rows()[0][4], d.sample_rate).samples
+        padded = np.concatenate([np.zeros(8000, np.float32), samples,
+                                 np.zeros(8000, np.float32)])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "x.wav")
+            sf.write(path, padded, d.sample_rate, subtype="FLOAT")
+            trimmed = audio.decode(path, d.sample_rate, trim_silence=True, trim_top_db=40).samples
+        self.assertLess(len(trimmed), len(samples) + 2000)
+        louder = audio.normalize_loudness(samples, -20.0)
+        rms_db = 20 * np.log10(np.sqrt(np.mean(louder.astype(np.float64) ** 2)))
+        self.assertTrue(abs(rms_db + 20.0) < 0.5 or np.abs(louder).max() >= 0.98)
+
+
+class ReferenceSliceTest(unittest.TestCase):
+    def test_slices_are_between_min_and_max_seconds(self):
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            n = int(rng.integers(16000, 16000 * 10))
+            start, length = audio.reference_slice(n, 16000, 2.0, 6.0, rng)
+            self.assertGreaterEqual(length, min(n, 32000))
+            self.assertLessEqual(length, 96000)
+            self.assertLessEqual(start + length, n)
+        self.assertEqual(audio.reference_slice(8000, 16000, 2.0, 6.0, rng), (0, 8000))
+
+
+if __name__ == "__main__":
+    unittest.main()
