@@ -1,0 +1,1 @@
+"""Inference helpers: Griffin-Lim (griffin_lim.py) until a neural vocoder exists."""

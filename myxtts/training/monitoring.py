@@ -1,0 +1,114 @@
+"""What the user sees while training: TensorBoard (scalars, mel/alignment images, Griffin-Lim
+audio), a tqdm progress bar on a terminal, and log lines with throughput and data-wait figures.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+from tqdm import tqdm
+
+logger = logging.getLogger("myxtts.training")
+
+
+class Throughput:
+    """Frames per second and the share of wall time the model device waited for data, over the
+    window since the last `reset`."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.started = time.monotonic()
+        self.wait = 0.0
+        self.compute = 0.0
+        self.frames = 0
+        self.batches = 0
+
+    def add(self, wait_seconds: float, step_seconds: float, frames: int) -> None:
+        self.wait += wait_seconds
+        self.compute += step_seconds
+        self.frames += frames
+        self.batches += 1
+
+    @property
+    def frames_per_second(self) -> float:
+        return self.frames / max(time.monotonic() - self.started, 1e-9)
+
+    @property
+    def data_wait_fraction(self) -> float:
+        return self.wait / max(self.wait + self.compute, 1e-9)
+
+
+def _image(matrix: np.ndarray) -> np.ndarray:
+    """[rows, cols] → [1, rows, cols, 1] in [0, 1], row 0 at the bottom (low mel bands low)."""
+    m = np.asarray(matrix, np.float32)
+    lo, hi = float(np.min(m)), float(np.max(m))
+    m = (m - lo) / max(hi - lo, 1e-6)
+    return m[::-1, :, None][None]
+
+
+class TrainingMonitor:
+    """TensorBoard writers (tensorboard/train, tensorboard/val) and the terminal progress bar."""
+
+    def __init__(self, directory: str, total_steps: Optional[int], initial_step: int,
+                 sample_rate: int):
+        self.sample_rate = sample_rate
+        self.train_writer = tf.summary.create_file_writer(os.path.join(directory, "train"))
+        self.val_writer = tf.summary.create_file_writer(os.path.join(directory, "val"))
+        # disable=None: a bar on terminals only; log files get the periodic log lines instead.
+        self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", disable=None,
+                        dynamic_ncols=True, mininterval=0.5)
+
+    def progress(self, loss: float, throughput: Throughput) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"loss {loss:.4f} | {throughput.frames_per_second:,.0f} "
+                                 f"frames/s | data wait {throughput.data_wait_fraction:.0%}",
+                                 refresh=False)
+
+    def log_train(self, step: int, epoch: int, scalars: Dict[str, float]) -> None:
+        with self.train_writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        self.train_writer.flush()
+        text = (f"step {step} (epoch {epoch + 1}): loss {scalars['loss/total']:.4f}, "
+                f"mel {scalars.get('loss/mel', float('nan')):.4f}, "
+                f"lr {scalars['learning_rate']:.2e}, grad norm {scalars['grad_norm']:.3f}, "
+                f"{scalars['frames_per_second']:,.0f} frames/s, "
+                f"data wait {scalars['data_wait_fraction']:.1%} of step time")
+        if scalars.get("loss_scale", 1.0) != 1.0:
+            text += f", loss scale {scalars['loss_scale']:g}"
+        if scalars.get("nonfinite_steps"):
+            text += f", {int(scalars['nonfinite_steps'])} non-finite steps skipped so far"
+        self._write(text)
+
+    def log_validation(self, step: int, scalars: Dict[str, float], images: Dict[str, np.ndarray],
+                       audio: Dict[str, np.ndarray], improved: bool) -> None:
+        with self.val_writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+            for name, matrix in images.items():
+                tf.summary.image(name, _image(matrix))
+            for name, wave in audio.items():
+                tf.summary.audio(name, np.asarray(wave, np.float32)[None, :, None],
+                                 self.sample_rate)
+        self.val_writer.flush()
+        self._write(f"validation at step {step}: loss {scalars['loss/total']:.4f}, "
+                    f"mel {scalars.get('loss/mel', float('nan')):.4f}"
+                    + (" (best so far)" if improved else ""))
+
+    def _write(self, text: str) -> None:
+        if self.bar.disable:
+            logger.info("%s", text)
+        else:
+            self.bar.write(text)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.train_writer.close()
+        self.val_writer.close()

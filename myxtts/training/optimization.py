@@ -1,0 +1,47 @@
+"""The optimizer: Keras AdamW (default) or Muon, global-norm clipping, weight decay that skips
+norms, biases and embeddings, and a LossScaleOptimizer around it for float16.
+
+Call `build_optimizer` inside `tf.device(model_device)`: it BUILDS the optimizer, so every slot,
+the iteration counter, the learning rate and the loss-scale state are created there. (Built
+lazily on the first step instead, they could land on whatever device that step's inputs live on,
+and XLA then refuses the step with "Trying to access resource ... located in device".)
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import keras
+
+from myxtts.config import TrainingConfig
+from myxtts.training.schedules import build_schedule
+
+
+def no_decay_variables(model: keras.Model) -> List:
+    """Variables weight decay must not touch: vectors and scalars (biases, norm scales/offsets)
+    and embedding tables (keras Embedding layers, or any weight whose path says 'embedding')."""
+    embedding_ids = {id(v) for layer in model._flatten_layers()  # pylint: disable=protected-access
+                     if isinstance(layer, keras.layers.Embedding)
+                     for v in layer.trainable_variables}
+    return [v for v in model.trainable_variables
+            if len(v.shape) <= 1 or id(v) in embedding_ids or "embedding" in v.path.lower()]
+
+
+def build_optimizer(tc: TrainingConfig, model: keras.Model, loss_scaling: bool):
+    """A built optimizer for `model.trainable_variables` (LossScaleOptimizer when loss_scaling)."""
+    common = dict(learning_rate=build_schedule(tc), weight_decay=tc.weight_decay,
+                  global_clipnorm=tc.clip_norm or None)
+    if tc.optimizer == "muon":
+        # Muon uses its AdamW branch for non-2-D weights and embeddings, with adam_weight_decay.
+        optimizer = keras.optimizers.Muon(adam_beta_1=tc.beta_1, adam_beta_2=tc.beta_2,
+                                          adam_weight_decay=tc.weight_decay, **common)
+    else:
+        optimizer = keras.optimizers.AdamW(beta_1=tc.beta_1, beta_2=tc.beta_2, **common)
+    optimizer.exclude_from_weight_decay(var_list=no_decay_variables(model))
+    if loss_scaling:
+        # Unscales before the inner optimizer runs, so the inner optimizer's global_clipnorm
+        # clips the TRUE gradient; on non-finite gradients it skips the update and halves the
+        # scale.
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+    return optimizer

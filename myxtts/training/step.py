@@ -1,0 +1,134 @@
+"""The compiled training step on the model device.
+
+One call = one micro-batch: forward, (scaled) loss, gradients. With grad_accum_steps = N > 1 the
+gradients are averaged into accumulator variables on the model device and every N-th call applies
+them; everything happens inside one `tf.function(jit_compile=...)`.
+
+Keras optimizers have `gradient_accumulation_steps`, but it is not used here: its learning-rate
+schedule counts micro-batches instead of updates (warmup would be N times too short), it checks
+finiteness per micro-batch instead of per update, and it never exposes the averaged gradient,
+whose norm we log. The accumulators below are the few lines that replace it.
+
+Non-finite updates are skipped and counted: under float16 the LossScaleOptimizer skips them and
+halves the scale; otherwise the update is not applied. The counters live on the model device and
+are checkpointed by the trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import keras
+import tensorflow as tf
+
+LossFn = Callable[[Dict[str, tf.Tensor], tf.Tensor, bool], Dict[str, tf.Tensor]]
+
+
+class TrainStep:
+    """Owns the step counters, accumulators and on-device metrics; `__call__(batch)` runs a step.
+
+    `loss_fn(batch, step, training)` returns a dict of float32 scalars named `loss_names`, one
+    of them "total" (the loss that is differentiated).
+    """
+
+    def __init__(self, model: keras.Model, optimizer, loss_fn: LossFn, *, loss_names,
+                 model_device: str, grad_accum_steps: int = 1, jit_compile: bool = True):
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.model_device = model_device
+        self.accum = int(grad_accum_steps)
+        self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        variables = model.trainable_variables
+        with tf.device(model_device):
+            # Optimizer updates attempted (applied + skipped): the step users see.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                               name="nonfinite_total")
+            self.nonfinite_consecutive = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                                     name="nonfinite_consecutive")
+            self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+            self.accumulators = [
+                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                            name=f"accum_{i}") for i, v in enumerate(variables)
+            ] if self.accum > 1 else []
+            self.grad_norm = keras.metrics.Mean(name="grad_norm")
+            self.loss_metrics = {name: keras.metrics.Mean(name=f"loss_{name}")
+                                 for name in loss_names}
+        self._compiled = tf.function(self._step, jit_compile=jit_compile, reduce_retracing=False)
+
+    # -- public --------------------------------------------------------------------------------
+    def __call__(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """Runs one micro-batch on the model device; returns scalars on the model device:
+        total (this micro-batch's loss), updated (an optimizer update boundary was reached),
+        finite (that update was finite), consecutive_nonfinite."""
+        with tf.device(self.model_device):
+            return self._compiled(batch)
+
+    def reset_metrics(self) -> None:
+        for metric in [self.grad_norm, *self.loss_metrics.values()]:
+            metric.reset_state()
+
+    def metric_results(self) -> Dict[str, float]:
+        """Means since the last reset (losses per micro-batch, grad_norm per update)."""
+        out = {name: float(m.result()) for name, m in self.loss_metrics.items()}
+        out["grad_norm"] = float(self.grad_norm.result())
+        return out
+
+    def loss_scale(self) -> float:
+        return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaling else 1.0
+
+    def learning_rate(self) -> float:
+        return float(self.optimizer.learning_rate.numpy())
+
+    # -- internals -----------------------------------------------------------------------------
+    def _step(self, batch):
+        with tf.device(self.model_device):
+            variables = self.model.trainable_variables
+            with tf.GradientTape() as tape:
+                losses = self.loss_fn(batch, self.step, True)
+                loss = losses["total"]
+                scaled = self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+            grads = tape.gradient(scaled, variables)
+            grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(grads, variables)]
+            for name, metric in self.loss_metrics.items():
+                metric.update_state(losses[name])
+
+            if self.accum == 1:
+                finite = self._apply(grads)
+                updated = tf.constant(True)
+            else:
+                for acc, g in zip(self.accumulators, grads):
+                    acc.assign_add(g / self.accum)
+                self.micro_step.assign_add(1)
+                updated = tf.equal(self.micro_step % self.accum, 0)
+                finite = tf.cond(updated, self._apply_accumulated, lambda: tf.constant(True))
+            return {"total": loss, "updated": updated, "finite": finite,
+                    "consecutive_nonfinite": self.nonfinite_consecutive.read_value()}
+
+    def _apply_accumulated(self):
+        finite = self._apply([acc.read_value() for acc in self.accumulators])
+        for acc in self.accumulators:
+            acc.assign(tf.zeros_like(acc))
+        return finite
+
+    def _apply(self, grads):
+        """One optimizer update from (possibly loss-scaled) gradients; returns `finite`."""
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        scale = self.optimizer.dynamic_scale if self.loss_scaling else 1.0
+        norm = tf.linalg.global_norm(grads) / scale  # the unscaled, unclipped norm
+        if self.loss_scaling:
+            self.optimizer.apply(grads)  # skips and halves the scale itself when not finite
+        else:
+            def apply():
+                self.optimizer.apply(grads)
+                return tf.constant(True)
+            tf.cond(finite, apply, lambda: tf.constant(False))
+        self.grad_norm.update_state(tf.where(finite, norm, 0.0),
+                                    sample_weight=tf.cast(finite, tf.float32))
+        self.step.assign_add(1)
+        self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+        self.nonfinite_consecutive.assign(
+            tf.where(finite, tf.constant(0, tf.int64), self.nonfinite_consecutive + 1))
+        return finite
