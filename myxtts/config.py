@@ -62,7 +62,7 @@ class DataConfig:
     cache_dir: str = _f("", "Where cached features go (default: <train-data>/.myxtts_cache).")
     batch_size: int = _f(32, "Utterances per batch in the longest bucket "
                              "(shorter buckets get more, for even memory).")
-    num_buckets: int = _f(5, "Number of static length buckets (one XLA compile each).")
+    num_buckets: int = _f(8, "Number of static length buckets (one XLA compile each).")
     bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = derived "
                                           "from the training set's length quantiles.")
     shuffle_buffer: int = _f(1024, "Elements in the shuffle buffer.")
