@@ -63,8 +63,9 @@ class DataConfig:
     batch_size: int = _f(32, "Utterances per batch in the longest bucket "
                              "(shorter buckets get more, for even memory).")
     num_buckets: int = _f(8, "Number of static length buckets (one XLA compile each).")
-    bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = derived "
-                                          "from the training set's length quantiles.")
+    bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = the "
+                                          "num_buckets bounds that minimise padding on the "
+                                          "dataset's lengths.")
     shuffle_buffer: int = _f(1024, "Elements in the shuffle buffer.")
     buffer_size: int = _f(25, "Batches prefetched onto the data device (--buffer-size).")
     num_workers: int = _f(0, "Parallel map calls in tf.data; 0 = AUTOTUNE (--num-workers).")
