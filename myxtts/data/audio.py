@@ -70,8 +70,8 @@ def num_frames(num_samples: int, hop_length: int) -> int:
 
 
 def samples_for_frames(frames: int, hop_length: int) -> int:
-    """Largest padded sample count that still gives exactly `frames` centred frames."""
-    return (frames - 1) * hop_length
+    """Largest sample count that gives exactly `frames` centred frames."""
+    return frames * hop_length - 1
 
 
 def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,

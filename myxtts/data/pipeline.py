@@ -149,9 +149,9 @@ class InputPipeline:
         max_tokens = tf.constant([b.max_tokens for b in self.buckets], tf.int64)
 
         def steps(index, per_frame):
-            # F frames hold at most (F - 1) * hop audio samples (centred STFT), or F mel frames
+            # F frames hold at most F * hop - 1 audio samples (centred STFT), or F mel frames
             bucket_frames = tf.gather(frames, index)
-            return (bucket_frames - 1) * per_frame if per_frame > 1 else bucket_frames
+            return bucket_frames * per_frame - 1 if per_frame > 1 else bucket_frames
 
         def with_bucket(element):
             n = tf.cast(element[frames_key], tf.int64)
