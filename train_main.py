@@ -61,11 +61,43 @@ flags.DEFINE_boolean("validate-only", False, "Validate the dataset(s), print the
                      "and statistics, write them to model_info.json in the checkpoint directory "
                      "and exit: 0 when enough usable rows remain, non-zero with the reason.")
 
+# ---- training -----------------------------------------------------------------------------------
+flags.DEFINE_string("checkpoint-dir", None, "Checkpoints, best/, tensorboard/, config.yaml, "
+                    "vocab.json, model_info.json (training.checkpoint_dir). Training resumes "
+                    "from the latest checkpoint found there.")
+flags.DEFINE_integer("epochs", None, "Passes over the training set (training.epochs).")
+flags.DEFINE_integer("max-steps", None, "Stop after N optimizer steps in total, counting resumed "
+                     "ones, then save (training.max_steps; 0 = no limit).")
+flags.DEFINE_enum("precision", None, ["auto", "fp32", "mixed_float16", "mixed_bfloat16"],
+                  "Model-device precision (training.precision); auto = mixed_float16 on GPUs "
+                  "with fp16 tensor cores, else fp32.")
+flags.DEFINE_boolean("xla", None, "XLA-compile the training step; --noxla to turn it off "
+                     "(training.xla).")
+flags.DEFINE_integer("grad-accum", None, "Micro-batches accumulated per optimizer step "
+                     "(training.grad_accum_steps).")
+flags.DEFINE_float("lr", None, "Peak learning rate (training.learning_rate).")
+flags.DEFINE_float("model-start-delay", None, "Wait up to this many seconds for the data device "
+                   "to fill the queue of featurized batches before the first step, and log how "
+                   "full it got (training.model_start_delay).")
+flags.DEFINE_string("resume-from", None, "Resume from this checkpoint (a prefix like "
+                    "DIR/ckpt-1000, or a directory for its latest) instead of the latest in "
+                    "--checkpoint-dir; newer checkpoints there are archived, not deleted.")
+flags.DEFINE_boolean("reset-training", False, "Start over at step 0: earlier checkpoints in "
+                     "--checkpoint-dir are moved to archive/<time>/ (nothing is deleted).")
+
 # Flags that override a config field: flag name → dotted config key.
 CONFIG_FLAGS = {
     "batch-size": "data.batch_size",
     "buffer-size": "data.buffer_size",
     "num-workers": "data.num_workers",
+    "checkpoint-dir": "training.checkpoint_dir",
+    "epochs": "training.epochs",
+    "max-steps": "training.max_steps",
+    "precision": "training.precision",
+    "xla": "training.xla",
+    "grad-accum": "training.grad_accum_steps",
+    "lr": "training.learning_rate",
+    "model-start-delay": "training.model_start_delay",
 }
 
 
@@ -91,6 +123,7 @@ def setup_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's per-save "Sharding callback" noise
 
 
 def main(argv) -> int:
@@ -112,7 +145,11 @@ def main(argv) -> int:
     config = load_config()
     if FLAGS["validate-only"].value:
         return validate_only(config)
-    raise MyXTTSError("Nothing to do: pass --device-check.")
+    if not FLAGS["train-data"].value:
+        raise MyXTTSError("Nothing to do: pass --train-data DIR to train (see "
+                          "docs/training.md), --validate-only to check a dataset, or "
+                          "--device-check to check the devices.")
+    return train(config, plan)
 
 
 def validate_only(config: XTTSConfig) -> int:
@@ -130,6 +167,48 @@ def validate_only(config: XTTSConfig) -> int:
     print(f"OK: {len(prepared.items['train'])} usable training rows "
           f"(data.min_train_items = {config.data.min_train_items}).")
     return 0
+
+
+def train(config: XTTSConfig, plan) -> int:
+    """The training path: input pipeline on the data device, XTTSTrainer on the model device."""
+    # pylint: disable=import-outside-toplevel  (TensorFlow only after devices.configure)
+    from myxtts.data.pipeline import InputPipeline
+    from myxtts.training.trainer import XTTSTrainer
+    work_dir = config.training.checkpoint_dir
+    if FLAGS["resume-from"].value:
+        _adopt_vocabulary(FLAGS["resume-from"].value, work_dir)
+    pipeline = InputPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
+                             data_device=plan.data_device, work_dir=work_dir)
+    logger.info("Model will be placed on %s; batches are featurized on %s.", plan.model_device,
+                plan.data_device)
+    trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
+                          model_device=plan.model_device, tokenizer=pipeline.tokenizer,
+                          reset_training=FLAGS["reset-training"].value)
+    summary = trainer.fit(pipeline)
+    print(f"Trained to step {summary.step} ({summary.reason}); checkpoint {summary.checkpoint}; "
+          f"best validation loss {summary.best_val_loss}; TensorBoard: tensorboard --logdir "
+          f"{os.path.join(work_dir, 'tensorboard')}")
+    if summary.reason.startswith("signal"):
+        import signal  # pylint: disable=import-outside-toplevel
+        return 128 + int(signal.Signals[summary.reason.split()[-1]])
+    return 0
+
+
+def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:
+    """A model resumed from another directory must keep that run's token ids: copy its
+    vocab.json into an empty --checkpoint-dir before the pipeline builds a vocabulary."""
+    import shutil  # pylint: disable=import-outside-toplevel
+    target = os.path.join(work_dir, "vocab.json")
+    if os.path.exists(target):
+        return
+    base = resume_from if os.path.isdir(resume_from) else os.path.dirname(resume_from)
+    for folder in (base, os.path.dirname(base)):
+        source = os.path.join(folder, "vocab.json")
+        if os.path.exists(source):
+            os.makedirs(work_dir, exist_ok=True)
+            shutil.copyfile(source, target)
+            logger.info("Using the vocabulary of the resumed run: %s → %s", source, target)
+            return
 
 
 def _guarded_main(argv) -> int:

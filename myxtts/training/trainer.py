@@ -1,7 +1,7 @@
 """XTTSTrainer: trains XTTSModel on the model device from batches the data device prepared.
 
     trainer = XTTSTrainer(config, model_device=plan.model_device, tokenizer=tokenizer)
-    summary = trainer.fit(train_batches, val_batches)
+    summary = trainer.fit(pipeline)          # a myxtts.data.pipeline.InputPipeline
 
 Everything the model owns is created inside `tf.device(model_device)`: weights, the BUILT
 optimizer (slots, iteration counter, learning rate, loss-scale state), the step and epoch
@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional
 
 import keras
 import numpy as np
@@ -166,6 +166,7 @@ class XTTSTrainer:
                 raise MyXTTSError("--reset-training and --resume-from contradict each other: "
                                   "pass one of them.")
             store.archive("--reset-training")
+            update_model_info(self.directory, steps_trained=0, best_val_loss=None)
             logger.info("Starting from step 0 in %s.", self.directory)
             return
         latest = store.latest
@@ -185,12 +186,12 @@ class XTTSTrainer:
             logger.info("No checkpoint in %s: starting from step 0.", self.directory)
 
     # -- training ------------------------------------------------------------------------------
-    def fit(self, train_batches: Callable[[int, int], Iterable[Batch]],
-            val_batches: Optional[Callable[[], Iterable[Batch]]] = None) -> FitSummary:
+    def fit(self, pipeline) -> FitSummary:
         """Trains until training.max_steps, training.epochs, early stopping or a signal.
 
-        `train_batches(epoch, skip)` yields the batches of `epoch` after its first `skip`
-        (the resumed data position); `val_batches()` yields the validation batches.
+        `pipeline` is a myxtts.data.pipeline.InputPipeline: `train_batches(epoch, model_device,
+        skip_batches=...)` and `val_batches(model_device)` give DeviceFeeders of batches that
+        are already on the model device.
         """
         tc = self.config.training
         start_step = self.global_step
@@ -203,17 +204,18 @@ class XTTSTrainer:
                                   tc.max_steps or None, start_step, self.config.data.sample_rate)
         previous_handlers = self._install_signal_handlers()
         try:
-            return self._fit(train_batches, val_batches, monitor)
+            return self._fit(pipeline, monitor)
         finally:
             self._restore_signal_handlers(previous_handlers)
             monitor.close()
 
-    def _fit(self, train_batches, val_batches, monitor: TrainingMonitor) -> FitSummary:
+    def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
         tc = self.config.training
         throughput = Throughput()
         self._last_save = time.monotonic()
         first_loss = last_loss = None
         reason = None
+        start_delay = tc.model_start_delay
         while reason is None:
             epoch = int(self.epoch.numpy())
             if epoch >= tc.epochs:
@@ -223,29 +225,45 @@ class XTTSTrainer:
             if skip:
                 logger.info("Epoch %d: skipping the %d batches trained before the restart.",
                             epoch + 1, skip)
-            for batch, waited in _timed(train_batches(epoch, skip)):
-                started = time.monotonic()
-                out = self._run_step(batch)
-                throughput.add(waited, time.monotonic() - started, int(out["frames"]))
-                self.batch_in_epoch.assign_add(1)
-                last_loss = float(out["total"])
-                first_loss = last_loss if first_loss is None else first_loss
-                monitor.progress(last_loss, throughput)
-                if out["updated"]:
-                    if int(out["consecutive_nonfinite"]) >= tc.max_nonfinite_steps:
-                        self._raise_nonfinite()
-                    reason = self._after_update(monitor, throughput, val_batches)
-                    if reason:
-                        break
-            else:
-                self.epoch.assign_add(1)
-                self.batch_in_epoch.assign(0)
+            with pipeline.train_batches(epoch, self.model_device, skip_batches=skip) as feeder:
+                if start_delay > 0:
+                    self._wait_for_data(feeder, start_delay)
+                    start_delay = 0.0
+                throughput.reset()
+                for batch, waited in _timed(feeder):
+                    started = time.monotonic()
+                    out = self._run_step(batch)
+                    throughput.add(waited, time.monotonic() - started, int(out["frames"]))
+                    self.batch_in_epoch.assign_add(1)
+                    last_loss = float(out["total"])
+                    first_loss = last_loss if first_loss is None else first_loss
+                    monitor.progress(last_loss, throughput)
+                    if out["updated"]:
+                        if int(out["consecutive_nonfinite"]) >= tc.max_nonfinite_steps:
+                            self._raise_nonfinite()
+                        reason = self._after_update(monitor, throughput, pipeline)
+                        if reason:
+                            break
+                else:
+                    self.epoch.assign_add(1)
+                    self.batch_in_epoch.assign(0)
         path = self._save()
         logger.info("Training stopped at step %d (%s). Checkpoint: %s", self.global_step,
                     reason, path or self.checkpoints.latest)
         return FitSummary(self.global_step, int(self.epoch.numpy()), reason,
                           path or self.checkpoints.latest, self._best_or_none(), first_loss,
                           last_loss)
+
+    @staticmethod
+    def _wait_for_data(feeder, seconds: float) -> None:
+        """--model-start-delay: let the data device fill the queue of featurized batches
+        (waiting at most `seconds`), so the first steps do not wait for data."""
+        started = time.monotonic()
+        fill = feeder.wait_until_filled(seconds)
+        logger.info("Model start delay: the data device filled %.0f%% of the feeder queue "
+                    "(%d/%d featurized batches on the model device) in %.1f s (limit %.1f s).",
+                    100 * fill, feeder.queued, feeder.capacity, time.monotonic() - started,
+                    seconds)
 
     def _run_step(self, batch: Batch) -> Dict[str, np.ndarray]:
         try:
@@ -256,7 +274,7 @@ class XTTSTrainer:
             raise TrainingStopped(self._oom_message(e)) from None
 
     def _after_update(self, monitor: TrainingMonitor, throughput: Throughput,
-                      val_batches) -> Optional[str]:
+                      pipeline) -> Optional[str]:
         """Logging, validation, checkpoints and stop conditions after an optimizer update.
         Returns a stop reason, or None to go on."""
         tc = self.config.training
@@ -265,8 +283,10 @@ class XTTSTrainer:
             self._log(monitor, throughput, step)
         if self._stop_signal is not None:
             return f"signal {signal.Signals(self._stop_signal).name}"
-        if val_batches is not None and step % tc.validate_every_steps == 0:
-            if self.validate(val_batches, monitor):
+        if pipeline.val_steps and step % tc.validate_every_steps == 0:
+            stop = self.validate(pipeline, monitor)
+            throughput.reset()  # the window's frames/s should not include validation time
+            if stop:
                 return "early_stopping"
         if tc.max_steps and step >= tc.max_steps:
             return "max_steps"
@@ -306,18 +326,18 @@ class XTTSTrainer:
                 metric.update_state(losses[name], sample_weight=weight)
             return outputs["mel_after"][0], outputs["alignments"][0]
 
-    def validate(self, val_batches: Callable[[], Iterable[Batch]],
-                 monitor: Optional[TrainingMonitor] = None) -> bool:
+    def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
         """Teacher-forced losses over the validation batches and one free-running decode;
         keeps best/ and model_info.json up to date. Returns True when early stopping triggers."""
         tc = self.config.training
         for metric in self.val_metrics.values():
             metric.reset_state()
         first = None
-        for batch in val_batches():
-            mel_after, alignment = self._val_batch(batch)
-            if first is None:
-                first = (batch, mel_after, alignment)
+        with pipeline.val_batches(self.model_device) as feeder:
+            for batch in feeder:
+                mel_after, alignment = self._val_batch(batch)
+                if first is None:
+                    first = (batch, mel_after, alignment)
         if first is None:
             logger.warning("The validation set gave no batches; validation skipped.")
             return False
