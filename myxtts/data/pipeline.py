@@ -96,8 +96,9 @@ class InputPipeline:
 
         self._log_mel = audio_lib.LogMel.from_config(d)
         self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
+        self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
-        if d.feature_mode == "cached":
+        if self.feature_mode == "cached":
             for split in ("train", "val"):
                 if self.items[split]:
                     self._shards[split] = cache_lib.ensure_cache(
@@ -195,7 +196,7 @@ class InputPipeline:
     def _dataset(self, split: str, epoch: int, training: bool,
                  skip_batches: int) -> tf.data.Dataset:
         d = self.data_config
-        if d.feature_mode == "cached":
+        if self.feature_mode == "cached":
             ds = self._cached_elements(split, epoch, training)
         else:
             ds = self._raw_elements(split, epoch, training)
