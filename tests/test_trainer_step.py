@@ -1,0 +1,162 @@
+"""The compiled training step on the model device (fresh processes, two logical CPUs):
+placement of everything the trainer owns, gradient accumulation equal to one big batch,
+non-finite steps skipped and counted, float16 and bfloat16 steps.
+
+    python -m pytest tests/test_trainer_step.py -v
+"""
+
+import unittest
+
+from tests.device_harness import run_probe
+from tests.trainer_probes import SETUP
+
+XLA_PROBE = SETUP + """
+trainer = make_trainer(os.path.join(workdir, "fp32"), xla=True, grad_accum_steps=2)
+b = batch()
+first = trainer.step(b)
+second = trainer.step(b)
+out["batch_device"] = b["mel"].device
+out["output_devices"] = sorted({v.device.split("/")[-1] for v in second.values()})
+out["updated"] = [bool(first["updated"]), bool(second["updated"])]
+out["model"] = devices_of(trainer.model.variables)
+out["optimizer"] = devices_of(trainer.optimizer.variables)
+out["n_optimizer"] = len(trainer.optimizer.variables)
+out["n_trainable"] = len(trainer.model.trainable_variables)
+out["accumulators"] = devices_of(trainer.step.accumulators)
+out["n_accumulators"] = len(trainer.step.accumulators)
+out["counters"] = devices_of([trainer.step.step, trainer.step.nonfinite_total, trainer.epoch,
+                              trainer.batch_in_epoch, trainer.best_val_loss])
+out["metrics"] = devices_of([v for m in [*trainer.step.loss_metrics.values(),
+                                         trainer.step.grad_norm, *trainer.val_metrics.values()]
+                             for v in m.variables])
+out["iterations"] = int(trainer.optimizer.iterations.numpy())
+out["step"] = trainer.global_step
+
+for policy in ("mixed_float16", "mixed_bfloat16"):
+    t = make_trainer(os.path.join(workdir, policy), xla=False, precision=policy)
+    r = t.step(batch())
+    good = {"loss": float(r["total"]), "finite": bool(r["finite"]),
+            "loss_scale": t.step.loss_scale(), "policy": t.precision.policy,
+            "loss_scaling": t.precision.loss_scaling,
+            "compute_dtype": t.model.dtype_policy.compute_dtype,
+            "optimizer": type(t.optimizer).__name__,
+            "optimizer_devices": devices_of(t.optimizer.variables)}
+    bad = t.step(batch(nan=True))
+    good["nan_finite"] = bool(bad["finite"])
+    good["loss_scale_after_nan"] = t.step.loss_scale()
+    good["nonfinite_total"] = int(t.step.nonfinite_total.numpy())
+    out[policy] = good
+print(json.dumps(out))
+"""
+
+ACCUMULATION_PROBE = SETUP + """
+big = make_trainer(os.path.join(workdir, "big"), xla=False, clip_norm=0.5)
+accum = make_trainer(os.path.join(workdir, "accum"), xla=False, clip_norm=0.5,
+                     grad_accum_steps=4)
+accum.model.set_weights(big.model.get_weights())
+initial = [w.copy() for w in big.model.get_weights()]
+batches = [batch(size=8, seed=s) for s in range(3)]
+norms = {"big": [], "accum": []}
+for b in batches:
+    big.step.reset_metrics(); accum.step.reset_metrics()
+    big.step(b)
+    norms["big"].append(big.step.metric_results()["grad_norm"])
+    for micro in split(b, 4):
+        accum.step(micro)
+    norms["accum"].append(accum.step.metric_results()["grad_norm"])
+diffs = [float(np.max(np.abs(a - c))) for a, c in zip(big.model.get_weights(),
+                                                        accum.model.get_weights())]
+moved = [float(np.max(np.abs(a - c))) for a, c in zip(big.model.get_weights(), initial)]
+out["max_weight_diff"] = max(diffs)
+out["max_weight_moved"] = max(moved)
+out["norms"] = norms
+out["steps"] = [big.global_step, accum.global_step]
+out["iterations"] = [int(big.optimizer.iterations.numpy()), int(accum.optimizer.iterations.numpy())]
+
+# Non-finite gradients (fp32, no loss scaling): skipped, counted, weights untouched.
+before = [w.copy() for w in big.model.get_weights()]
+r = big.step(batch(size=8, nan=True))
+out["nan"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_nonfinite"]),
+              "total": int(big.step.nonfinite_total.numpy()),
+              "unchanged": all(np.array_equal(a, b) for a, b in zip(before, big.model.get_weights())),
+              "step": big.global_step, "iterations": int(big.optimizer.iterations.numpy())}
+big.step(batch(size=8, nan=True))
+r = big.step(batch(size=8, seed=7))
+out["after_recovery"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_nonfinite"]),
+                         "total": int(big.step.nonfinite_total.numpy())}
+print(json.dumps(out))
+"""
+
+
+class CompiledStepPlacementTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.r = run_probe(XLA_PROBE)
+
+    def test_batch_comes_from_the_data_device(self):
+        self.assertTrue(self.r["batch_device"].endswith("CPU:0"), self.r["batch_device"])
+
+    def test_everything_the_trainer_owns_is_on_the_model_device(self):
+        for key in ("model", "optimizer", "accumulators", "counters", "metrics"):
+            self.assertEqual(self.r[key], ["device:CPU:1"], key)
+
+    def test_optimizer_is_built_with_every_slot(self):
+        # AdamW: iteration + learning rate + momentum and velocity per trainable variable.
+        self.assertGreaterEqual(self.r["n_optimizer"], 2 * self.r["n_trainable"] + 1)
+        self.assertEqual(self.r["n_accumulators"], self.r["n_trainable"])
+
+    def test_xla_step_outputs_on_model_device_and_accumulates(self):
+        self.assertEqual(self.r["output_devices"], ["device:CPU:1"])
+        self.assertEqual(self.r["updated"], [False, True])
+        self.assertEqual((self.r["step"], self.r["iterations"]), (1, 1))
+
+    def test_float16_step_uses_loss_scaling_and_halves_scale_on_nan(self):
+        r = self.r["mixed_float16"]
+        self.assertEqual((r["policy"], r["compute_dtype"]), ("mixed_float16", "float16"))
+        self.assertEqual(r["optimizer"], "LossScaleOptimizer")
+        self.assertEqual(r["optimizer_devices"], ["device:CPU:1"])
+        self.assertTrue(r["finite"])
+        self.assertTrue(0 < r["loss"] < 100, r["loss"])
+        self.assertFalse(r["nan_finite"])
+        self.assertEqual(r["loss_scale_after_nan"], r["loss_scale"] / 2)
+        self.assertEqual(r["nonfinite_total"], 1)
+
+    def test_bfloat16_step_without_loss_scaling(self):
+        r = self.r["mixed_bfloat16"]
+        self.assertEqual((r["policy"], r["compute_dtype"]), ("mixed_bfloat16", "bfloat16"))
+        self.assertFalse(r["loss_scaling"])
+        self.assertEqual(r["optimizer"], "AdamW")
+        self.assertTrue(r["finite"])
+        self.assertTrue(0 < r["loss"] < 100, r["loss"])
+        self.assertFalse(r["nan_finite"])
+        self.assertEqual(r["nonfinite_total"], 1)
+
+
+class AccumulationAndNonFiniteTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.r = run_probe(ACCUMULATION_PROBE)
+
+    def test_four_micro_batches_equal_one_big_batch(self):
+        self.assertGreater(self.r["max_weight_moved"], 1e-3)  # training did change the weights
+        self.assertLessEqual(self.r["max_weight_diff"], 1e-5)
+        for a, b in zip(self.r["norms"]["big"], self.r["norms"]["accum"]):
+            self.assertAlmostEqual(a, b, delta=1e-5 * max(1.0, a))
+        self.assertEqual(self.r["steps"], [3, 3])
+        self.assertEqual(self.r["iterations"], [3, 3])
+
+    def test_nan_gradients_are_skipped_and_counted(self):
+        nan = self.r["nan"]
+        self.assertFalse(nan["finite"])
+        self.assertEqual((nan["consecutive"], nan["total"]), (1, 1))
+        self.assertTrue(nan["unchanged"])
+        self.assertEqual((nan["step"], nan["iterations"]), (4, 3))  # counted, not applied
+
+    def test_a_finite_step_resets_the_consecutive_count(self):
+        r = self.r["after_recovery"]
+        self.assertTrue(r["finite"])
+        self.assertEqual((r["consecutive"], r["total"]), (0, 2))
+
+
+if __name__ == "__main__":
+    unittest.main()
