@@ -1,0 +1,172 @@
+"""XTTSModel on the tiny preset: padding invariance, causality, masks, voice cloning, decoding."""
+
+import unittest
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.models.layers import key_padding_mask
+from tests.model_helpers import pad_batch, random_batch, tiny_config, tiny_model
+
+ATOL = 1e-5
+
+
+def _max_diff(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+class ModelTestCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        tf.random.set_seed(0)
+        cls.config = tiny_config()
+        cls.r = cls.config.model.reduction_factor
+        cls.model = tiny_model(cls.config)
+        cls.batch = random_batch(cls.config)
+
+
+class PaddingInvarianceTest(ModelTestCase):
+    def test_text_encoder(self):
+        b = self.batch
+        padded = pad_batch(b, extra_text=5, extra_steps=0, extra_ref=0, r=self.r)
+        encode = self.model.text_encoder
+        out = encode(b["tokens"], b["token_lengths"], b["language_ids"])
+        out2 = encode(padded["tokens"], b["token_lengths"], b["language_ids"])
+        for i, n in enumerate(b["token_lengths"].numpy()):
+            self.assertLessEqual(_max_diff(out2[i, :n], out[i, :n]), ATOL)
+
+    def test_speaker_encoder(self):
+        b = self.batch
+        padded = pad_batch(b, extra_text=0, extra_steps=0, extra_ref=9, r=self.r)
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        latents2 = self.model.speaker_latents(padded["ref_mel"], b["ref_lengths"])
+        self.assertLessEqual(_max_diff(latents2, latents), ATOL)
+
+    def test_decoder_outputs_at_valid_positions(self):
+        b = self.batch
+        out = self.model(b, training=False)
+        padded = pad_batch(b, extra_text=5, extra_steps=4, extra_ref=9, r=self.r)
+        out2 = self.model(padded, training=False)
+        for i in range(2):
+            frames = int(b["mel_lengths"][i])
+            steps = -(-frames // self.r)
+            tokens = int(b["token_lengths"][i])
+            for key in ("mel_before", "mel_after", "stop_logits"):
+                self.assertLessEqual(_max_diff(out2[key][i, :frames], out[key][i, :frames]),
+                                     ATOL, key)
+            self.assertLessEqual(_max_diff(out2["alignments"][i, :steps, :tokens],
+                                           out["alignments"][i, :steps, :tokens]), ATOL)
+
+
+class MaskSignRegressionTest(ModelTestCase):
+    """The decoder must read the text, never the padding (the source project's bug)."""
+
+    def test_alignments_put_all_weight_on_valid_tokens(self):
+        b = pad_batch(self.batch, extra_text=6, extra_steps=0, extra_ref=0, r=self.r)
+        align = self.model(b, training=False)["alignments"].numpy()
+        for i, n in enumerate(b["token_lengths"].numpy()):
+            self.assertEqual(float(np.max(align[i, :, n:])), 0.0)
+            np.testing.assert_allclose(align[i, :, :n].sum(-1), 1.0, atol=1e-5)
+
+    def test_valid_tokens_change_the_output_padding_tokens_do_not(self):
+        b = self.batch
+        out = self.model(b, training=False)["mel_before"]
+        tokens = b["tokens"].numpy()
+        garbage = dict(b, tokens=tf.constant(np.where(
+            np.arange(tokens.shape[1])[None] >= b["token_lengths"].numpy()[:, None],
+            (tokens + 7) % 39 + 1, tokens)))
+        self.assertLessEqual(_max_diff(self.model(garbage, training=False)["mel_before"], out),
+                             ATOL)
+        changed = tokens.copy()
+        changed[:, 0] = changed[:, 0] % 39 + 1
+        moved = self.model(dict(b, tokens=tf.constant(changed)), training=False)["mel_before"]
+        self.assertGreater(_max_diff(moved, out), 1e-4)
+
+    def test_attention_masks_are_boolean_true_attends(self):
+        mask = key_padding_mask(tf.constant([2]), 4).numpy().ravel()
+        np.testing.assert_array_equal(mask, [True, True, False, False])
+
+
+class CausalityTest(ModelTestCase):
+    def test_future_frames_do_not_change_past_outputs(self):
+        b = dict(self.batch, mel_lengths=tf.constant([20, 20]))
+        out = self.model(b, training=False)
+        for t in (3, 8, 13):   # inside a step, at a step boundary, late
+            mel = b["mel"].numpy().copy()
+            mel[:, t + 1:] += np.random.default_rng(t).normal(0, 3, mel[:, t + 1:].shape)
+            out2 = self.model(dict(b, mel=tf.constant(mel)), training=False)
+            for key in ("mel_before", "stop_logits"):
+                self.assertLessEqual(_max_diff(out2[key][:, :t + 1], out[key][:, :t + 1]),
+                                     ATOL, f"{key} at t={t}")
+            self.assertLessEqual(_max_diff(out2["alignments"][:, :(t + 1) // self.r],
+                                           out["alignments"][:, :(t + 1) // self.r]), ATOL)
+            # ...while later outputs do depend on them (the test is not vacuous).
+            self.assertGreater(_max_diff(out2["mel_before"][:, t + 1 + self.r:],
+                                         out["mel_before"][:, t + 1 + self.r:]), 1e-4)
+
+
+class VoiceCloningTest(ModelTestCase):
+    def test_speaker_reference_changes_the_mel(self):
+        b = self.batch
+        other = random_batch(self.config, seed=5)
+        lat_a = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        lat_b = self.model.speaker_latents(other["ref_mel"], other["ref_lengths"])
+        args = (b["tokens"], b["token_lengths"], b["language_ids"])
+        mel_a = self.model.generate(*args, lat_a, max_steps=12, stop_threshold=0.9999)["mel"]
+        mel_a2 = self.model.generate(*args, lat_a, max_steps=12, stop_threshold=0.9999)["mel"]
+        mel_b = self.model.generate(*args, lat_b, max_steps=12, stop_threshold=0.9999)["mel"]
+        self.assertEqual(_max_diff(mel_a, mel_a2), 0.0)
+        self.assertGreater(float(np.mean(np.abs(mel_a - mel_b))), 1e-3)
+        forced_b = self.model(dict(b, ref_mel=other["ref_mel"], ref_lengths=other["ref_lengths"]),
+                              training=False)["mel_after"]
+        forced_a = self.model(b, training=False)["mel_after"]
+        self.assertGreater(float(np.mean(np.abs(forced_a - forced_b))), 1e-3)
+
+
+class GenerateTest(ModelTestCase):
+    def _inputs(self, token_lengths=(7, 3)):
+        b = random_batch(self.config, token_lengths=token_lengths)
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        return (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+
+    def test_kv_cache_equals_full_recompute(self):
+        args = self._inputs(token_lengths=(7, 5))   # text limit: 42 and 30 steps
+        cached = self.model.generate(*args, max_steps=32, stop_threshold=0.99999)
+        full = self.model.generate(*args, max_steps=32, stop_threshold=0.99999, use_cache=False)
+        np.testing.assert_array_equal(cached["mel_lengths"].numpy(), full["mel_lengths"].numpy())
+        self.assertGreaterEqual(int(cached["mel_lengths"][1]), 50)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        self.assertLessEqual(_max_diff(cached["alignments"], full["alignments"]), 1e-4)
+
+    def test_text_length_limits_each_item_and_padding_frames_are_zero(self):
+        args = self._inputs(token_lengths=(7, 2))
+        out = self.model.generate(*args, max_steps=40, stop_threshold=0.99999)
+        per_token = self.config.model.max_frames_per_token
+        expected = [min(40, int(np.ceil(n * per_token / self.r))) * self.r for n in (7, 2)]
+        np.testing.assert_array_equal(out["mel_lengths"].numpy(), expected)
+        self.assertEqual(out["mel"].shape, (2, 40 * self.r, self.config.data.n_mels))
+        self.assertEqual(float(np.max(np.abs(out["mel"][1, expected[1]:]))), 0.0)
+        self.assertGreater(float(np.min(np.abs(out["mel"][1, :expected[1]]).sum(-1))), 0.0)
+
+    def test_stop_token_ends_decoding_per_item(self):
+        args = self._inputs(token_lengths=(7, 3))
+        bias = self.model.decoder.stop_projection.bias
+        saved = bias.numpy()
+        try:
+            # Frame 1 of every step says "stop": every item ends after frame 2 of step 0.
+            bias.assign(np.array([-30.0, 30.0][:self.r], np.float32))
+            out = self.model.generate(*args, max_steps=20)
+        finally:
+            bias.assign(saved)
+        np.testing.assert_array_equal(out["mel_lengths"].numpy(), [2, 2])
+
+    def test_xla_decode_matches_graph_decode(self):
+        args = self._inputs()
+        graph = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        xla = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, jit_compile=True)
+        np.testing.assert_array_equal(graph["mel_lengths"].numpy(), xla["mel_lengths"].numpy())
+        self.assertLessEqual(_max_diff(graph["mel"], xla["mel"]), 1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main()
