@@ -1,0 +1,188 @@
+"""Checkpoints: resume with identical optimizer and loss-scale state, --resume-from an older
+checkpoint and --reset-training archive instead of deleting, and kill -9 during saves never
+leaves the latest checkpoint unreadable.
+
+    python -m pytest tests/test_checkpoints.py -v
+"""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from tests.device_harness import REPO, run_probe
+from tests.trainer_probes import SETUP
+
+RESUME_PROBE = SETUP + """
+from myxtts.training.checkpoints import checkpoint_step
+d = os.path.join(workdir, "run")
+a = make_trainer(d, precision="mixed_float16", xla=False)
+for s in range(3):
+    a.step(batch(seed=s))
+a.step(batch(nan=True))  # halves the loss scale: that state must survive the restart too
+saved = a._save()
+b = make_trainer(d, precision="mixed_float16", xla=False)
+out["saved"] = os.path.basename(saved)
+out["resumed_step"] = b.global_step
+out["same_optimizer"] = all(np.array_equal(x.numpy(), y.numpy())
+                            for x, y in zip(a.optimizer.variables, b.optimizer.variables))
+out["n_optimizer"] = len(b.optimizer.variables)
+out["loss_scale"] = [a.step.loss_scale(), b.step.loss_scale()]
+out["nonfinite_total"] = int(b.step.nonfinite_total.numpy())
+out["same_weights"] = all(np.array_equal(x, y) for x, y in zip(a.model.get_weights(),
+                                                               b.model.get_weights()))
+ra, rb = a.step(batch(seed=9)), b.step(batch(seed=9))
+out["next_step"] = [a.global_step, b.global_step]
+out["next_loss"] = [float(ra["total"]), float(rb["total"])]
+out["continues_identically"] = max(float(np.max(np.abs(x - y))) for x, y in
+                                   zip(a.model.get_weights(), b.model.get_weights()))
+b._save()  # ckpt-5
+b.checkpoints.save_best(5)
+out["skip_same_step"] = b.checkpoints.save(5) is None
+
+# --resume-from an older checkpoint: the newer one is archived, not overwritten or deleted.
+c = XTTSTrainer(b.config, resume_checkpoint=os.path.join(d, "ckpt-4"),
+                model_device=plan.model_device, tokenizer=TOKENIZER)
+out["resume_from_step"] = c.global_step
+archives = os.listdir(os.path.join(d, "archive"))
+out["archived_after_resume_from"] = sorted(os.listdir(os.path.join(d, "archive", archives[0])))
+out["latest_after_resume_from"] = c.checkpoints.latest
+
+# --reset-training: step 0, everything earlier archived.
+e = XTTSTrainer(b.config, model_device=plan.model_device, tokenizer=TOKENIZER,
+                reset_training=True)
+out["reset_step"] = e.global_step
+out["archives"] = len(os.listdir(os.path.join(d, "archive")))
+out["after_reset"] = sorted(n for n in os.listdir(d) if n.startswith("ckpt"))
+print(json.dumps(out))
+"""
+
+# Saves checkpoints of ~24 MB as fast as it can, printing each step, until it is killed.
+SAVER = """
+import os, sys
+import tensorflow as tf
+from myxtts.training.checkpoints import CheckpointStore
+directory = sys.argv[1]
+step = tf.Variable(0, dtype=tf.int64)
+weights = [tf.Variable(tf.zeros([1000, 1000])) for _ in range(6)]  # every element == step
+store = CheckpointStore(directory, {"step": step, "weights": weights}, keep=3)
+if store.latest:
+    store.restore(store.latest)
+print("start", int(step.numpy()), flush=True)
+while True:
+    step.assign_add(1)
+    for w in weights:
+        w.assign_add(tf.ones_like(w))
+    store.save(int(step.numpy()))
+    print("saved", int(step.numpy()), flush=True)
+"""
+
+VERIFY_PROBE = """
+import glob, os
+from myxtts.training.checkpoints import CheckpointStore, checkpoint_step
+out = []
+for snapshot in sorted(glob.glob(os.path.join(SNAPSHOTS, "*"))):
+    state = tf.train.get_checkpoint_state(snapshot)
+    listed = list(state.all_model_checkpoint_paths)
+    readable = []
+    for path in listed:
+        path = path if os.path.isabs(path) else os.path.join(snapshot, path)
+        try:
+            checkpoint_step(path)
+            readable.append(True)
+        except Exception:
+            readable.append(False)
+    step = tf.Variable(0, dtype=tf.int64)
+    weights = [tf.Variable(tf.zeros([1000, 1000])) for _ in range(6)]
+    store = CheckpointStore(snapshot, {"step": step, "weights": weights}, keep=3)
+    restored = store.restore(store.latest)
+    consistent = all(float(tf.reduce_min(w)) == float(tf.reduce_max(w)) == restored
+                     for w in weights)
+    out.append({"latest": os.path.basename(state.model_checkpoint_path), "readable": readable,
+                "restored": restored, "consistent": consistent,
+                "temp_dirs_left": len(glob.glob(os.path.join(snapshot, "*_temp")))})
+print(json.dumps(out))
+"""
+
+
+class ResumeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.r = run_probe(RESUME_PROBE)
+
+    def test_resume_restores_step_weights_optimizer_and_loss_scale(self):
+        r = self.r
+        self.assertEqual((r["saved"], r["resumed_step"]), ("ckpt-4", 4))
+        self.assertTrue(r["same_weights"])
+        self.assertTrue(r["same_optimizer"])
+        self.assertGreater(r["n_optimizer"], 100)
+        self.assertEqual(r["loss_scale"][0], r["loss_scale"][1])
+        self.assertEqual(r["loss_scale"][1], 2.0 ** 14)  # 2**15 halved by the NaN step
+        self.assertEqual(r["nonfinite_total"], 1)
+
+    def test_resumed_training_continues_at_the_next_step_identically(self):
+        self.assertEqual(self.r["next_step"], [5, 5])
+        self.assertEqual(self.r["next_loss"][0], self.r["next_loss"][1])
+        self.assertLessEqual(self.r["continues_identically"], 1e-6)
+
+    def test_a_saved_step_is_never_written_twice(self):
+        self.assertTrue(self.r["skip_same_step"])
+
+    def test_resume_from_older_checkpoint_archives_newer_ones(self):
+        self.assertEqual(self.r["resume_from_step"], 4)
+        archived = self.r["archived_after_resume_from"]
+        for name in ("ckpt-4.index", "ckpt-5.index", "best", "checkpoint"):
+            self.assertIn(name, archived)
+        self.assertIsNone(self.r["latest_after_resume_from"])
+
+    def test_reset_training_starts_at_zero_and_archives(self):
+        self.assertEqual(self.r["reset_step"], 0)
+        self.assertEqual(self.r["after_reset"], [])
+        self.assertEqual(self.r["archives"], 2)
+
+
+class KillDuringSaveTest(unittest.TestCase):
+    """SIGKILL at random moments while checkpoints are being written, three times."""
+
+    def test_latest_checkpoint_stays_readable(self):
+        root = tempfile.mkdtemp()
+        directory, snapshots = os.path.join(root, "ckpt"), os.path.join(root, "snapshots")
+        os.makedirs(snapshots)
+        env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3",
+                   CUDA_VISIBLE_DEVICES="")
+        rng = random.Random(0)
+        last_started = -1
+        for round_ in range(3):
+            proc = subprocess.Popen([sys.executable, "-c", SAVER, directory], env=env, cwd=REPO,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            saves = []
+            for line in proc.stdout:
+                if line.startswith("start"):
+                    started = int(line.split()[1])
+                    self.assertGreaterEqual(started, last_started)  # resumed, never went back
+                    last_started = started
+                elif line.startswith("saved"):
+                    saves.append(int(line.split()[1]))
+                    if len(saves) == 3:
+                        break
+            time.sleep(rng.uniform(0.0, 0.3))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            proc.stdout.close()
+            shutil.copytree(directory, os.path.join(snapshots, f"{round_}"))
+        results = run_probe(f"SNAPSHOTS = {snapshots!r}\n" + VERIFY_PROBE)
+        self.assertEqual(len(results), 3)
+        for r in results:
+            self.assertTrue(all(r["readable"]), r)
+            self.assertEqual(f"ckpt-{r['restored']}", r["latest"])
+            self.assertTrue(r["consistent"], r)
+        self.assertGreater(last_started, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
