@@ -55,8 +55,15 @@ class Prenet(keras.layers.Layer):
         self.layers_[1].build((None, None, self.units))
         self.built = True
 
-    def call(self, x, positions, seed=None, training=False):
-        """x [B, S, in_dim]; positions [S] int32 decoder-step indices."""
+    def keep_masks(self, positions):
+        """Inference keep masks, one [S, units] float32 table per layer (empty if rate == 0)."""
+        if self.rate <= 0:
+            return []
+        return [_position_keep_mask(positions, self.units, i, self.rate) for i in range(2)]
+
+    def call(self, x, keep_masks=(), seed=None, training=False):
+        """x [B, S, in_dim]. Training: random dropout from `seed`. Otherwise: `keep_masks`
+        (from `keep_masks(positions)`) for the S positions of x."""
         for i, dense in enumerate(self.layers_):
             x = dense(x)
             if self.rate <= 0:
@@ -64,8 +71,7 @@ class Prenet(keras.layers.Layer):
             if training:
                 x = stateless_dropout(x, self.rate, fold_seed(seed, i))
             else:
-                x = x * tf.cast(_position_keep_mask(positions, self.units, i, self.rate),
-                                x.dtype)[None]
+                x = x * tf.cast(keep_masks[i], x.dtype)[None]
         return x
 
 
@@ -129,11 +135,18 @@ class MelDecoder(keras.layers.Layer):
         self.stop_projection.build((None, None, self.d_model))
         self.built = True
 
-    def embed_inputs(self, step_inputs, positions, seed=None, training=False):
-        """step_inputs [B, S, r*n_mels] (previous steps' frames) → [B, S, d]."""
-        x = self.input_projection(self.prenet(step_inputs, positions, fold_seed(seed, 0),
+    def position_tables(self, positions):
+        """Everything position-dependent for decoder steps `positions` [S]: (prenet keep masks,
+        sinusoidal encodings [S, d]). Decoding computes them once and slices per step."""
+        return self.prenet.keep_masks(positions), sinusoidal_encoding(positions, self.d_model)
+
+    def embed_inputs(self, step_inputs, tables, seed=None, training=False):
+        """step_inputs [B, S, r*n_mels] (previous steps' frames) and `position_tables` of those
+        S steps → [B, S, d]."""
+        keep_masks, encodings = tables
+        x = self.input_projection(self.prenet(step_inputs, keep_masks, fold_seed(seed, 0),
                                               training=training))
-        x = x + tf.cast(sinusoidal_encoding(positions, self.d_model), x.dtype)[None]
+        x = x + tf.cast(encodings, x.dtype)[None]
         return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
 
     def heads(self, x):
@@ -144,7 +157,7 @@ class MelDecoder(keras.layers.Layer):
         """Teacher-forced pass over all steps. Returns (frames [B,S,r*n], stop [B,S,r],
         text cross-attention weights of the last block [B, H, S, T_text])."""
         s = tf.shape(step_inputs)[1]
-        x = self.embed_inputs(step_inputs, tf.range(s), seed, training)
+        x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
                                       memory_masks=[None, text_mask], seed=fold_seed(seed, 2),
                                       training=training)

@@ -90,6 +90,12 @@ def fold_seed(seed: Optional[tf.Tensor], index: int) -> Optional[tf.Tensor]:
     return tf.random.experimental.stateless_fold_in(seed, index)
 
 
+def _length(x: tf.Tensor, axis: int):
+    """Static size of an axis when known (one decode step: 1), else dynamic; static sizes keep
+    shape ops out of the per-step decode graph."""
+    return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
+
+
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with separate query and key/value projections.
 
@@ -113,8 +119,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split(self, x: tf.Tensor) -> tf.Tensor:
-        b, t = tf.shape(x)[0], tf.shape(x)[1]
-        x = tf.reshape(x, [b, t, self.num_heads, self.head_dim])
+        x = tf.reshape(x, [-1, _length(x, 1), self.num_heads, self.head_dim])
         return tf.transpose(x, [0, 2, 1, 3])
 
     def query_heads(self, x: tf.Tensor) -> tf.Tensor:
@@ -125,8 +130,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return self._split(k), self._split(v)
 
     def combine(self, heads: tf.Tensor) -> tf.Tensor:
-        b, t = tf.shape(heads)[0], tf.shape(heads)[2]
-        x = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]), [b, t, self.d_model])
+        x = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]), [-1, _length(heads, 2), self.d_model])
         return self.wo(x)
 
     def call(self, x, memory, mask=None):

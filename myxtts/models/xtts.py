@@ -176,8 +176,12 @@ class XTTSModel(keras.Model):
             cache = tf.zeros([b, heads.num_heads, max_steps, heads.head_dim], self.compute_dtype)
             caches = tuple((cache, cache) for _ in blocks)
 
+            keep_masks, encodings = self.decoder.position_tables(slots)
+
             def body(step, frames_buf, align_buf, done, lengths, previous, caches):
-                x = self.decoder.embed_inputs(previous, step[None])
+                here = step[None]
+                x = self.decoder.embed_inputs(previous, ([tf.gather(m, here) for m in keep_masks],
+                                                         tf.gather(encodings, here)))
                 new_caches = []
                 for block, (ck, cv), kv in zip(blocks, caches, memory_kv):
                     x, ck, cv, weights = block.step(x, ck, cv, step, kv, [None, text_mask])
@@ -198,7 +202,10 @@ class XTTSModel(keras.Model):
                 return (step + 1, *out, tf.concat([inputs, frames], axis=1))
 
             loop_vars = (*state, tf.zeros([b, 1, r * n]))
-            invariants = tuple(tf.nest.map_structure(lambda v: tf.TensorShape(v.shape), state))
+            # The growing input has an unknown length, so everything derived from it has an
+            # unknown batch dimension too.
+            invariants = tuple(tf.TensorShape([None, *v.shape[1:]]) if v.shape.rank else
+                               tf.TensorShape([]) for v in state)
             final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps,
                                   shape_invariants=(*invariants,
                                                     tf.TensorShape([None, None, r * n])))
