@@ -1,0 +1,136 @@
+"""A trained model for inference: the checkpoint directory's config.yaml + vocab.json + one
+checkpoint (latest, best/ or a given prefix), model weights only.
+
+The trainer saves tf.train.Checkpoint(model=..., optimizer=..., step=..., ...)
+(myxtts.training.trainer); inference restores the `model` branch and ignores the rest
+(expect_partial), after checking every model variable found its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any, Dict, List, Optional
+
+import keras
+import tensorflow as tf
+
+from myxtts.config import XTTSConfig
+from myxtts.data.text import Tokenizer
+from myxtts.errors import MyXTTSError
+from myxtts.model_info import read_model_info
+from myxtts.models.xtts import XTTSModel
+
+logger = logging.getLogger("myxtts.inference")
+
+CONFIG_FILE = "config.yaml"
+VOCAB_FILE = "vocab.json"
+BEST_DIR = "best"
+
+
+class CheckpointNotFoundError(MyXTTSError, FileNotFoundError):
+    """No usable checkpoint where the user pointed."""
+
+
+class CheckpointMismatchError(MyXTTSError, ValueError):
+    """The checkpoint does not hold the weights of the model its config.yaml describes."""
+
+
+@dataclasses.dataclass
+class LoadedCheckpoint:
+    """What inference needs from a checkpoint directory."""
+
+    directory: str
+    checkpoint_path: str
+    config: XTTSConfig
+    tokenizer: Tokenizer
+    model: XTTSModel
+    model_info: Dict[str, Any]
+
+
+def _available(directory: str) -> List[str]:
+    found = []
+    for folder in (directory, os.path.join(directory, BEST_DIR)):
+        state = tf.train.get_checkpoint_state(folder)
+        if state is not None:
+            found += [os.path.relpath(p, directory) for p in state.all_model_checkpoint_paths]
+    return found
+
+
+def resolve_checkpoint(directory: str, checkpoint: Optional[str] = None) -> str:
+    """The checkpoint prefix to load: `checkpoint` None/"latest" → newest ckpt-N, "best" →
+    best/, else a prefix (absolute, or relative to `directory`; a trailing .index is fine)."""
+    if not os.path.isdir(directory):
+        raise CheckpointNotFoundError(
+            f"--checkpoint-dir {directory} does not exist. Pass the directory train_main.py "
+            f"wrote (its --checkpoint-dir, holding ckpt-N files, config.yaml and vocab.json).")
+    for name in (CONFIG_FILE, VOCAB_FILE):
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise CheckpointNotFoundError(
+                f"{directory} has no {name}, so it is not a myxtts checkpoint directory "
+                f"(train_main.py writes {CONFIG_FILE} and {VOCAB_FILE} next to the ckpt-N "
+                f"files). Pass the --checkpoint-dir used for training.")
+    if checkpoint in (None, "", "latest"):
+        path = tf.train.latest_checkpoint(directory)
+        if path is None:
+            raise CheckpointNotFoundError(
+                f"{directory} holds no checkpoint yet (no 'checkpoint' file pointing at ckpt-N "
+                f"files): train first (train_main.py --checkpoint-dir {directory} ...), or pass "
+                f"--checkpoint best if only best/ exists.")
+        return path
+    if checkpoint == BEST_DIR:
+        path = tf.train.latest_checkpoint(os.path.join(directory, BEST_DIR))
+        if path is None:
+            raise CheckpointNotFoundError(
+                f"{directory} has no best checkpoint ({BEST_DIR}/ is written after the first "
+                f"validation). Available: {', '.join(_available(directory)) or 'none'}; omit "
+                f"--checkpoint for the latest.")
+        return path
+    prefix = checkpoint[: -len(".index")] if checkpoint.endswith(".index") else checkpoint
+    for candidate in (prefix, os.path.join(directory, prefix)):
+        if os.path.isfile(candidate + ".index"):
+            return candidate
+    raise CheckpointNotFoundError(
+        f"--checkpoint {checkpoint}: no such checkpoint ({prefix}.index not found, also not "
+        f"under {directory}). Available: {', '.join(_available(directory)) or 'none'}; or pass "
+        f"'best', or omit --checkpoint for the latest.")
+
+
+def untracked_variables(model: keras.Model) -> List[str]:
+    """Paths of model weights (the dropout seed state does not matter at inference) that
+    tf.train.Checkpoint(model=model) cannot reach, so no checkpoint written that way holds them
+    (Keras 3 hides layers kept in Python lists from checkpoints)."""
+    reachable = {id(t) for t in tf.train.TrackableView(model).descendants()}
+    return [v.path for v in model.weights if id(v) not in reachable]
+
+
+def load_checkpoint(directory: str, checkpoint: Optional[str] = None) -> LoadedCheckpoint:
+    """Builds the model from config.yaml/vocab.json in float32 and restores its weights."""
+    path = resolve_checkpoint(directory, checkpoint)
+    config = XTTSConfig.from_yaml(os.path.join(directory, CONFIG_FILE))
+    tokenizer = Tokenizer.load(os.path.join(directory, VOCAB_FILE))
+    # Inference runs in float32 whatever precision trained the model (its variables are float32
+    # in every policy, so the checkpoint fits).
+    keras.mixed_precision.set_global_policy("float32")
+    model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                      config.data.n_mels)
+    missing = untracked_variables(model)
+    if missing:
+        raise CheckpointMismatchError(
+            f"Checkpoint {path} cannot hold {len(missing)} of the model's "
+            f"{len(model.weights)} weights (e.g. {', '.join(missing[:3])}): "
+            f"tf.train.Checkpoint(model=...) does not reach Keras 3 layers kept in Python lists, "
+            f"so training saved them nowhere and synthesis would use random weights. The model "
+            f"must expose those layers to TensorFlow tracking before checkpoints can be used.")
+    try:
+        tf.train.Checkpoint(model=model).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise CheckpointMismatchError(
+            f"Checkpoint {path} does not fit the model described by {directory}/{CONFIG_FILE} "
+            f"and {VOCAB_FILE} ({str(e).splitlines()[0][:200]}). Were they copied from another "
+            f"run? Use the checkpoint directory exactly as training left it.") from None
+    logger.info("Loaded %s (model weights only; %s parameters).", path,
+                f"{model.count_params():,}")
+    return LoadedCheckpoint(directory, path, config, tokenizer, model, read_model_info(directory))

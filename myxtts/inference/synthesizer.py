@@ -1,0 +1,155 @@
+"""Synthesizer: text + a speaker reference → log10 mel → waveform, from a checkpoint directory.
+
+    synth = Synthesizer.from_checkpoint_dir("runs/tiny")            # latest ckpt-N
+    latents = synth.speaker_latents("reference.flac")                # any soundfile format
+    wav, mel = synth.synthesize("Hello there.", "en", latents)       # float32 [S], [T, n_mels]
+
+Decoding is the model's XLA-compiled autoregressive loop (XTTSModel.generate(jit_compile=True));
+token sequences are padded to a multiple of TOKEN_PADDING so texts of similar length share one
+compilation (padding is masked, the result does not depend on it). Inference is deterministic:
+dropout is off and the prenet's inference dropout uses fixed position-keyed masks
+(myxtts.models.decoder.Prenet).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import List, Optional, Tuple
+
+import numpy as np
+import soundfile as sf
+import tensorflow as tf
+
+from myxtts.data import audio as audio_lib
+from myxtts.data import text as text_lib
+from myxtts.errors import MyXTTSError
+from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
+from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
+
+logger = logging.getLogger("myxtts.inference")
+
+TOKEN_PADDING = 16
+
+
+class UnknownLanguageError(MyXTTSError, ValueError):
+    """A language the model was not trained with."""
+
+
+class UnknownCharactersError(MyXTTSError, ValueError):
+    """Text characters (after cleaning) that are not in the saved vocabulary."""
+
+
+class ReferenceAudioError(MyXTTSError, ValueError):
+    """A speaker reference that cannot be read or holds no audio."""
+
+
+class Synthesizer:
+    """A restored model plus the text front end, the reference featurizer and the vocoder."""
+
+    def __init__(self, loaded: LoadedCheckpoint, max_decoder_steps: Optional[int] = None,
+                 griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS):
+        self.loaded = loaded
+        self.config = loaded.config
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.languages = list(self.config.data.languages)
+        self.sample_rate = self.config.data.sample_rate
+        self.max_decoder_steps = int(max_decoder_steps or self.config.model.max_decoder_steps)
+        self.log_mel = audio_lib.LogMel.from_config(self.config.data)
+        self.vocoder = GriffinLimVocoder(self.config.data, griffin_lim_iterations)
+        self._phonemizer = text_lib.Phonemizer() if self.tokenizer.use_phonemes else None
+        d = self.config.data
+        self.reference_samples = audio_lib.samples_for_frames(
+            audio_lib.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length),
+            d.hop_length)
+        logger.info("%s", self.vocoder.describe())
+
+    @classmethod
+    def from_checkpoint_dir(cls, directory: str, checkpoint: Optional[str] = None,
+                            **kwargs) -> "Synthesizer":
+        """`checkpoint`: None/"latest", "best", or a prefix such as ckpt-200."""
+        return cls(load_checkpoint(directory, checkpoint), **kwargs)
+
+    # ---- speaker ---------------------------------------------------------------------------
+    def reference_mel(self, path: str) -> np.ndarray:
+        """The log10 mel [T, n_mels] the model sees for reference audio `path`: decoded and
+        resampled like training data, the first data.ref_max_seconds seconds."""
+        d = self.config.data
+        try:
+            samples = audio_lib.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db).samples
+        except (OSError, RuntimeError, ValueError, sf.LibsndfileError) as e:
+            raise ReferenceAudioError(
+                f"Cannot read the reference audio {path}: {e}. Pass a readable recording of "
+                f"the target speaker (wav, flac, ogg or any format libsndfile reads).") from None
+        if samples.size == 0 or not np.all(np.isfinite(samples)):
+            raise ReferenceAudioError(
+                f"The reference audio {path} holds no usable samples (empty or not finite). "
+                f"Pass a {d.ref_min_seconds:g}-{d.ref_max_seconds:g} s recording of the target "
+                f"speaker.")
+        if d.normalize_loudness:
+            samples = audio_lib.normalize_loudness(samples, d.target_rms_db)
+        samples = samples[: self.reference_samples]
+        return self.log_mel(samples[None])[0].numpy()
+
+    def speaker_latents(self, reference_audio_path: str) -> tf.Tensor:
+        """float32 [1, num_speaker_latents, d_model] for the speaker of the recording."""
+        return self.speaker_latents_from_mel(self.reference_mel(reference_audio_path))
+
+    def speaker_latents_from_mel(self, reference_mel) -> tf.Tensor:
+        mel = tf.convert_to_tensor(reference_mel, tf.float32)[None]
+        return self.model.speaker_latents(mel, tf.shape(mel)[1:2])
+
+    # ---- text ------------------------------------------------------------------------------
+    def language_id(self, language: str) -> int:
+        index = text_lib.language_id(language, self.languages)
+        if index is None:
+            raise UnknownLanguageError(
+                f"Unknown language {language!r}: this model was trained with "
+                f"{', '.join(self.languages)} (data.languages in its config.yaml). Pass one of "
+                f"them to --language.")
+        return index
+
+    def encode(self, text: str, language: str) -> List[int]:
+        """Token ids of `text`, cleaned (and phonemized) as in training; raises
+        UnknownCharactersError instead of dropping characters the vocabulary lacks."""
+        self.language_id(language)
+        cleaned = text_lib.clean_text(text, self.tokenizer.cleaner, language)
+        if self._phonemizer is not None:
+            cleaned = self._phonemizer([cleaned], language)[0]
+        unknown = self.tokenizer.unknown_characters(cleaned)
+        if unknown:
+            raise UnknownCharactersError(
+                f"The text {text!r} has characters outside the model's saved vocabulary "
+                f"(after the {self.tokenizer.cleaner!r} cleaner): "
+                f"{' '.join(repr(c) for c in unknown)}. The model never saw them in training; "
+                f"rewrite or remove them (the vocabulary is "
+                f"{''.join(self.tokenizer.symbols[1:])!r}).")
+        ids = self.tokenizer.encode(cleaned)
+        if not ids:
+            raise UnknownCharactersError(f"The text {text!r} is empty after cleaning.")
+        limit = self.config.model.max_text_positions
+        if len(ids) > limit:
+            raise UnknownCharactersError(
+                f"The text {text[:40]!r}... has {len(ids)} tokens, more than the model's "
+                f"{limit} (model.max_text_positions); split it into sentences (--text-file, "
+                f"one per line).")
+        return ids
+
+    # ---- synthesis -------------------------------------------------------------------------
+    def synthesize(self, text: str, language: str, latents) -> Tuple[np.ndarray, np.ndarray]:
+        """(waveform float32 [S] at data.sample_rate, log10 mel float32 [T, n_mels])."""
+        return self.synthesize_tokens(self.encode(text, language), self.language_id(language),
+                                      latents)
+
+    def synthesize_tokens(self, ids: List[int], language_id: int,
+                          latents) -> Tuple[np.ndarray, np.ndarray]:
+        padded = -(-len(ids) // TOKEN_PADDING) * TOKEN_PADDING
+        tokens = np.zeros([1, padded], np.int32)
+        tokens[0, : len(ids)] = ids
+        out = self.model.generate(tf.constant(tokens), tf.constant([len(ids)], tf.int32),
+                                  tf.constant([language_id], tf.int32), latents,
+                                  max_steps=self.max_decoder_steps, jit_compile=True)
+        mel = trim_to_longest(out["mel"], out["mel_lengths"])
+        waveform, waveform_lengths = self.vocoder(mel, out["mel_lengths"])
+        return (waveform[0, : int(waveform_lengths[0])].numpy(),
+                mel[0, : int(out["mel_lengths"][0])].numpy())

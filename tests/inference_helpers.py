@@ -1,0 +1,42 @@
+"""A tiny checkpoint directory written by the real trainer, for the synthesis and export tests.
+
+XTTSTrainer builds the model, optimizer and counters and saves them with its CheckpointStore
+(the exact structure training writes), plus config.yaml and vocab.json. Training steps are
+skipped: they cost an XLA compile per bucket, and inference only needs weights in that layout.
+The config makes decoding run to the length limit (stop_threshold near 1: an untrained stop head
+would end at frame 1) with few steps so the XLA decode loop compiles quickly.
+"""
+
+import os
+
+from myxtts.config import XTTSConfig
+from myxtts.data.metadata import read_metadata
+from myxtts.data.text import Tokenizer, clean_text
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
+REFERENCE_AUDIO = os.path.join(SAMPLE_DIR, "wavs", "S003.flac")
+MAX_DECODER_STEPS = 12
+GRIFFIN_LIM_ITERS = 4
+
+
+def tiny_inference_config(checkpoint_dir: str) -> XTTSConfig:
+    config = XTTSConfig.from_yaml(os.path.join(REPO, "configs", "tiny.yaml"))
+    return config.override({"training.checkpoint_dir": checkpoint_dir,
+                            "model.stop_threshold": 0.999999,
+                            "model.max_decoder_steps": MAX_DECODER_STEPS}, source="test")
+
+
+def sample_tokenizer(cleaner: str) -> Tokenizer:
+    rows, _ = read_metadata(os.path.join(SAMPLE_DIR, "metadata.csv"), "sample", "en")
+    return Tokenizer.build((clean_text(r.text, cleaner, r.language) for r in rows), cleaner)
+
+
+def make_checkpoint(checkpoint_dir: str, step: int = 1) -> str:
+    """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir`; returns the prefix."""
+    from myxtts.training.trainer import XTTSTrainer  # pylint: disable=import-outside-toplevel
+    config = tiny_inference_config(checkpoint_dir)
+    trainer = XTTSTrainer(config, model_device="/CPU:0",
+                          tokenizer=sample_tokenizer(config.data.text_cleaners))
+    trainer.step.step.assign(step)
+    return trainer.checkpoints.save(step)

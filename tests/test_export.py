@@ -1,0 +1,215 @@
+"""SavedModel export: in-graph tokenizer, signatures, fresh-process round trip against the
+synthesizer, TF Serving requests, versioning and models.config."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import pytest
+import soundfile as sf
+import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+
+from myxtts.data.text import Tokenizer, clean_text
+from myxtts.inference.export import export_saved_model
+from myxtts.inference.synthesizer import Synthesizer
+from myxtts.inference.text_graph import InGraphTokenizer
+from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
+                                     make_checkpoint)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TEXT = "Hello there, World!"
+SIGNATURES = {
+    "serving_default": ["text", "language", "reference_mel", "reference_lengths"],
+    "synthesize_latents": ["text", "language", "speaker_latents"],
+    "synthesize_tokens": ["tokens", "token_lengths", "language_ids", "speaker_latents"],
+    "speaker_latents": ["reference_mel", "reference_lengths"],
+    "tokenize": ["text", "language"],
+    "reference_mel": ["audio", "audio_lengths"],
+}
+
+
+class InGraphTokenizerTest(unittest.TestCase):
+    """tf.strings front end == Tokenizer.encode(clean_text(...)) on texts it covers."""
+
+    TEXTS = ["Hello, World!", "  \u201cQuoted\u201d\ttext \u2014 with dashes\u2026  ",
+             "Mr. Smith and DR. Who, etc. vs. the Rev. Jones",
+             "U\u0308ber cafe\u0301 an\u0303o Stra\u00dfe",  # NFD spellings
+             "\u00dcBER Caf\u00e9 A\u00d1O", "\ufb01ne caf\u00e9 na\u00efve",
+             "\u00d6L\u00a0und\u2002mehr\u3000Zeilen\nUmbruch", "\u039f\u0394\u039f\u03a3"]
+    LANGUAGES = ["en", "de", "es"]
+
+    def test_ids_equal_python_tokenizer_for_every_cleaner(self):
+        for cleaner in ("basic", "english", "multilingual"):
+            vocab_texts = [clean_text(t, cleaner, "de") for t in self.TEXTS]
+            tokenizer = Tokenizer.build(vocab_texts + ["\u00e4\u00f6\u00fc\u00df\u00f1"],
+                                        cleaner)
+            graph = InGraphTokenizer(tokenizer, self.LANGUAGES, max_tokens=300)
+            for language in ("en", "de"):
+                tokens, lengths, ids = graph(self.TEXTS, [language] * len(self.TEXTS))
+                self.assertEqual(ids.numpy().tolist(),
+                                 [self.LANGUAGES.index(language)] * len(self.TEXTS))
+                for i, text in enumerate(self.TEXTS):
+                    with self.subTest(cleaner=cleaner, language=language, text=text):
+                        want = tokenizer.encode(clean_text(text, cleaner, language))
+                        self.assertEqual(tokens[i, :lengths[i]].numpy().tolist(), want)
+                        self.assertTrue(np.all(tokens[i, lengths[i]:].numpy() == 0))
+
+    def test_rejects_what_the_graph_cannot_clean(self):
+        tokenizer = Tokenizer.build(["hello"], "multilingual")
+        graph = InGraphTokenizer(tokenizer, self.LANGUAGES, max_tokens=8)
+        cases = [(["Room 42"], ["en"], "outside the model's vocabulary"),
+                 (["Hello"], ["fr"], "Unknown language; this model knows en, de, es"),
+                 (["  "], ["en"], "empty after cleaning"),
+                 (["hello hello"], ["en"], "longer than the model's 8 tokens")]
+        for texts, languages, message in cases:
+            with self.subTest(texts=texts, languages=languages):
+                with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
+                    graph(texts, languages)
+
+
+def _run(cmd, **kwargs):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.mark.slow
+class ExportRoundTripTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="myxtts-export-test-")
+        cls.checkpoint_dir = os.path.join(cls.tmp, "run")
+        make_checkpoint(cls.checkpoint_dir)
+        cls.export_dir = os.path.join(cls.tmp, "models", "myxtts")
+        cls.result = export_saved_model(cls.checkpoint_dir, cls.export_dir,
+                                        max_decoder_steps=MAX_DECODER_STEPS,
+                                        griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+        cls.synth = Synthesizer.from_checkpoint_dir(cls.checkpoint_dir,
+                                                    max_decoder_steps=MAX_DECODER_STEPS,
+                                                    griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_first_export_is_version_1_with_assets(self):
+        self.assertEqual(self.result.version, 1)
+        self.assertEqual(self.result.path, os.path.join(self.export_dir, "1"))
+        self.assertEqual(sorted(self.result.signatures), sorted(SIGNATURES))
+        self.assertEqual(os.listdir(self.export_dir), ["1"])  # no temporary folder left
+        assets = os.path.join(self.result.path, "assets")
+        self.assertEqual(Tokenizer.load(os.path.join(assets, "vocab.json")), self.synth.tokenizer)
+        with open(os.path.join(assets, "model_info.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        self.assertEqual(info["export"]["max_decoder_steps"], MAX_DECODER_STEPS)
+        self.assertTrue(info["export"]["checkpoint"].endswith("ckpt-1"))
+        self.assertTrue(os.path.isfile(os.path.join(assets, "config.yaml")))
+
+    def test_saved_model_cli_lists_the_signatures(self):
+        shown = _run(["saved_model_cli", "show", "--dir", self.result.path, "--all"])
+        self.assertEqual(shown.returncode, 0, shown.stderr[-2000:])
+        for signature, inputs in SIGNATURES.items():
+            self.assertIn(f"signature_def['{signature}']", shown.stdout)
+            for name in inputs:
+                self.assertIn(f"inputs['{name}']", shown.stdout)
+
+    def _inputs(self):
+        synth = self.synth
+        ref_mel = synth.reference_mel(REFERENCE_AUDIO)
+        ref_audio = sf.read(REFERENCE_AUDIO, dtype="float32")[0]  # 16 kHz mono, as tiny.yaml
+        ref_audio = ref_audio[: synth.reference_samples]
+        latents = synth.speaker_latents_from_mel(ref_mel).numpy()
+        ids = synth.encode(TEXT, "en")
+        text = {"text": np.array([TEXT]), "language": np.array(["en"])}
+        reference = {"reference_mel": ref_mel[None], "reference_lengths":
+                     np.array([len(ref_mel)], np.int32)}
+        signatures = {
+            "serving_default": {**text, **reference},
+            "synthesize_latents": {**text, "speaker_latents": latents},
+            "synthesize_tokens": {"tokens": np.array([ids], np.int32),
+                                  "token_lengths": np.array([len(ids)], np.int32),
+                                  "language_ids": np.array([0], np.int32),
+                                  "speaker_latents": latents},
+            "speaker_latents": reference,
+            "tokenize": text,
+            "reference_mel": {"audio": ref_audio[None],
+                              "audio_lengths": np.array([len(ref_audio)], np.int32)},
+        }
+        return {f"{s}/{k}": v for s, inputs in signatures.items() for k, v in inputs.items()}
+
+    def test_fresh_process_without_myxtts_matches_the_synthesizer(self):
+        inputs_path = os.path.join(self.tmp, "inputs.npz")
+        outputs_path = os.path.join(self.tmp, "outputs.npz")
+        np.savez(inputs_path, **self._inputs())
+        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), self.result.path,
+                     inputs_path, outputs_path], cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        self.assertFalse(report["myxtts_imported"])
+        self.assertEqual(report["requests"], {name: [] for name in SIGNATURES})
+        self.assertEqual(report["assets"], ["config.yaml", "model_info.json", "vocab.json"])
+        out = np.load(outputs_path, allow_pickle=False)
+
+        synth = self.synth
+        ref_mel = synth.reference_mel(REFERENCE_AUDIO)
+        latents = synth.speaker_latents_from_mel(ref_mel)
+        waveform, mel = synth.synthesize(TEXT, "en", latents)
+        ids = synth.encode(TEXT, "en")
+        np.testing.assert_array_equal(out["tokenize/tokens"], [ids])
+        np.testing.assert_array_equal(out["tokenize/token_lengths"], [len(ids)])
+        np.testing.assert_allclose(out["reference_mel/reference_mel"][0], ref_mel, atol=1e-4)
+        np.testing.assert_allclose(out["speaker_latents/speaker_latents"], latents.numpy(),
+                                   atol=1e-4)
+        expected_frames = min(MAX_DECODER_STEPS, -(-len(ids) * 12 // 2)) * 2
+        self.assertEqual(mel.shape, (expected_frames, synth.config.data.n_mels))
+        hop, win = synth.config.data.hop_length, synth.config.data.win_length
+        for name in ("serving_default", "synthesize_latents", "synthesize_tokens"):
+            with self.subTest(signature=name):
+                np.testing.assert_array_equal(out[f"{name}/mel_lengths"], [len(mel)])
+                np.testing.assert_allclose(out[f"{name}/mel"][0], mel, atol=1e-4)
+                self.assertEqual(out[f"{name}/waveform"].dtype, np.float32)
+                np.testing.assert_array_equal(out[f"{name}/waveform_lengths"],
+                                              [(len(mel) - 1) * hop + win])
+                np.testing.assert_allclose(out[f"{name}/waveform"][0], waveform, atol=1e-3)
+
+    def test_new_exports_take_the_next_version_and_never_overwrite(self):
+        export_dir = os.path.join(self.tmp, "versions", "myxtts")
+        shutil.copytree(self.result.path, os.path.join(export_dir, "1"))
+        os.makedirs(os.path.join(export_dir, "5"))
+        with open(os.path.join(export_dir, "5", "keep.txt"), "w", encoding="utf-8") as f:
+            f.write("version 5 belongs to someone else")
+        fingerprint = os.path.join(export_dir, "1", "fingerprint.pb")
+        with open(fingerprint, "rb") as f:
+            before = f.read()
+        config_path = os.path.join(self.tmp, "versions", "models.config")
+        with open(config_path, "w", encoding="utf-8") as f:
+            f.write('model_config_list { config { name: "other" base_path: "/models/other" '
+                    'model_platform: "tensorflow" } }')
+
+        result = export_saved_model(self.checkpoint_dir, export_dir,
+                                    max_decoder_steps=MAX_DECODER_STEPS,
+                                    griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+
+        self.assertEqual(result.version, 6)
+        self.assertEqual(sorted(os.listdir(export_dir)), ["1", "5", "6"])
+        self.assertEqual(os.listdir(os.path.join(export_dir, "5")), ["keep.txt"])
+        with open(fingerprint, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertTrue(os.path.isfile(os.path.join(export_dir, "6", "saved_model.pb")))
+        self.assertEqual(result.models_config, config_path)
+        parsed = model_server_config_pb2.ModelServerConfig()
+        with open(config_path, encoding="utf-8") as f:
+            text_format.Parse(f.read(), parsed)
+        entries = {c.name: (c.base_path, c.model_platform)
+                   for c in parsed.model_config_list.config}
+        self.assertEqual(entries, {"other": ("/models/other", "tensorflow"),
+                                   "myxtts": ("/models/myxtts", "tensorflow")})
+
+
+if __name__ == "__main__":
+    unittest.main()
