@@ -1,0 +1,126 @@
+"""Synthesis CLI: playable wavs (one text, a text file), saved mels, and the user errors
+(missing checkpoint, unknown language, unknown characters, unreadable reference) as one
+paragraph on stderr with exit status 2 and no traceback."""
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from myxtts.synthesize import guarded_main
+from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
+                                     REPO, make_checkpoint)
+
+SAMPLE_RATE = 16000  # configs/tiny.yaml
+N_MELS = 40
+
+
+@pytest.mark.slow
+class SynthesizeCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="myxtts-synthesize-test-")
+        cls.checkpoint_dir = os.path.join(cls.tmp, "run")
+        make_checkpoint(cls.checkpoint_dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def _args(self, *extra, reference=REFERENCE_AUDIO, checkpoint_dir=None):
+        return ["--checkpoint-dir", checkpoint_dir or self.checkpoint_dir,
+                "--reference-audio", reference, "--max-decoder-steps", str(MAX_DECODER_STEPS),
+                "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS), *extra]
+
+    def _in_process(self, *args, **kwargs):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            code = guarded_main(self._args(*args, **kwargs))
+        return code, stderr.getvalue()
+
+    def _assert_playable(self, path):
+        audio, rate = sf.read(path, dtype="float32")
+        self.assertEqual(rate, SAMPLE_RATE)
+        self.assertEqual(audio.ndim, 1)
+        self.assertGreater(len(audio), 0)
+        self.assertTrue(np.all(np.isfinite(audio)))
+        self.assertGreater(float(np.max(np.abs(audio))), 0.0)
+
+    def test_one_text_writes_a_wav_and_its_mel(self):
+        output = os.path.join(self.tmp, "hello.wav")
+        done = subprocess.run(
+            [sys.executable, "-m", "myxtts.synthesize",
+             *self._args("--text", "Hello there.", "--language", "en", "--output", output,
+                         "--save-mel")],
+            capture_output=True, text=True, cwd=REPO, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertIn("Griffin-Lim", done.stderr)  # the vocoder choice is logged
+        self._assert_playable(output)
+        mel = np.load(os.path.join(self.tmp, "hello.npy"), allow_pickle=False)
+        self.assertEqual(mel.dtype, np.float32)
+        self.assertEqual(mel.shape[1], N_MELS)
+        self.assertEqual(len(sf.read(output)[0]), (mel.shape[0] - 1) * 256 + 512)
+
+    def test_text_file_writes_one_wav_per_line_into_a_folder(self):
+        lines = os.path.join(self.tmp, "lines.txt")
+        with open(lines, "w", encoding="utf-8") as f:
+            f.write("Hallo Welt.\n\n\u00dcber die Stra\u00dfe!\n")
+        output = os.path.join(self.tmp, "many")
+        code, stderr = self._in_process("--text-file", lines, "--language", "de",
+                                        "--output", output)
+        self.assertEqual(code, 0, stderr)
+        self.assertEqual(sorted(os.listdir(output)), ["001.wav", "002.wav"])
+        for name in ("001.wav", "002.wav"):
+            self._assert_playable(os.path.join(output, name))
+
+    def test_missing_checkpoint_exits_2_without_traceback(self):
+        missing = os.path.join(self.tmp, "nowhere")
+        done = subprocess.run(
+            [sys.executable, "-m", "myxtts.synthesize",
+             *self._args("--text", "Hello.", "--output", os.path.join(self.tmp, "x.wav"),
+                         checkpoint_dir=missing)],
+            capture_output=True, text=True, cwd=REPO, timeout=600)
+        self.assertEqual(done.returncode, 2)
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertIn(f"error: --checkpoint-dir {missing} does not exist", done.stderr)
+
+    def test_user_errors_are_one_paragraph(self):
+        empty = os.path.join(self.tmp, "no-checkpoints")
+        os.makedirs(empty, exist_ok=True)
+        for name in ("config.yaml", "vocab.json"):
+            shutil.copy(os.path.join(self.checkpoint_dir, name), empty)
+        not_audio = os.path.join(self.tmp, "reference.wav")
+        with open(not_audio, "w", encoding="utf-8") as f:
+            f.write("this is not audio")
+        out = os.path.join(self.tmp, "err.wav")
+        cases = [
+            ((("--text", "Hello.", "--output", out), {"checkpoint_dir": empty}),
+             "holds no checkpoint yet"),
+            ((("--text", "Hello.", "--output", out, "--checkpoint", "ckpt-99"), {}),
+             "--checkpoint ckpt-99: no such checkpoint"),
+            ((("--text", "Bonjour.", "--language", "fr", "--output", out), {}),
+             "Unknown language 'fr': this model was trained with en, de, es"),
+            ((("--text", "Room 42 \u2603", "--language", "de", "--output", out), {}),
+             "outside the model's saved vocabulary .*'2' '4' '\u2603'"),
+            ((("--text", "Hello.", "--output", out), {"reference": not_audio}),
+             f"Cannot read the reference audio {not_audio}"),
+        ]
+        for (args, kwargs), message in cases:
+            with self.subTest(message=message):
+                code, stderr = self._in_process(*args, **kwargs)
+                self.assertEqual(code, 2)
+                self.assertNotIn("Traceback", stderr)
+                self.assertRegex(stderr, "error: .*" + message)
+        self.assertFalse(os.path.exists(out))
+
+
+if __name__ == "__main__":
+    unittest.main()
