@@ -59,6 +59,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    # tf.saved_model.save logs every renamed captured-input name through absl at INFO.
+    logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         return main(argv)
     except MyXTTSError as e:
