@@ -17,11 +17,13 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from myxtts.data.text import Tokenizer, clean_text
-from myxtts.inference.export import export_saved_model
+from myxtts.inference.checkpoint_loading import LoadedCheckpoint
+from myxtts.inference.export import ServingModule, export_saved_model
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.inference.text_graph import InGraphTokenizer
+from myxtts.models.xtts import XTTSModel
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
-                                     make_checkpoint)
+                                     make_checkpoint, tiny_inference_config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = "Hello there, World!"
@@ -72,6 +74,31 @@ class InGraphTokenizerTest(unittest.TestCase):
             with self.subTest(texts=texts, languages=languages):
                 with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):
                     graph(texts, languages)
+
+
+@pytest.mark.slow
+class PhonemeModelSignaturesTest(unittest.TestCase):
+    """espeak-ng cannot run in a graph: phoneme models serve token ids (and speakers) only."""
+
+    def test_text_signatures_are_left_out_and_default_takes_tokens(self):
+        config = tiny_inference_config("unused")
+        tokenizer = Tokenizer(list("abc"), "multilingual", use_phonemes=True)
+        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                          config.data.n_mels)
+        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
+                               max_decoder_steps=3, griffin_lim_iterations=2, assets={})
+        signatures = module.signatures()
+        self.assertEqual(sorted(signatures), ["reference_mel", "serving_default",
+                                              "speaker_latents", "synthesize_tokens"])
+        latents = tf.zeros([1, config.model.num_speaker_latents, config.model.d_model])
+        out = signatures["serving_default"](tokens=tf.constant([[1, 2, 3]]),
+                                            token_lengths=tf.constant([3]),
+                                            language_ids=tf.constant([0]),
+                                            speaker_latents=latents)
+        self.assertEqual(sorted(out), sorted(["waveform", "waveform_lengths", "mel",
+                                              "mel_lengths"]))
+        self.assertEqual(int(out["mel_lengths"][0]), out["mel"].shape[1])
+        self.assertEqual(out["mel"].shape[2], config.data.n_mels)
 
 
 def _run(cmd, **kwargs):
