@@ -9,6 +9,8 @@ would end at frame 1) with few steps so the XLA decode loop compiles quickly.
 
 import os
 
+import numpy as np
+
 from myxtts.config import XTTSConfig
 from myxtts.data.metadata import read_metadata
 from myxtts.data.text import Tokenizer, clean_text
@@ -32,11 +34,16 @@ def sample_tokenizer(cleaner: str) -> Tokenizer:
     return Tokenizer.build((clean_text(r.text, cleaner, r.language) for r in rows), cleaner)
 
 
-def make_checkpoint(checkpoint_dir: str, step: int = 1) -> str:
-    """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir`; returns the prefix."""
+def make_checkpoint(checkpoint_dir: str, step: int = 1):
+    """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir`; returns (prefix,
+    the saved model weights). The weights are moved off their seeded initial values first, so a
+    loader that silently kept initial values would not match them."""
     from myxtts.training.trainer import XTTSTrainer  # pylint: disable=import-outside-toplevel
     config = tiny_inference_config(checkpoint_dir)
     trainer = XTTSTrainer(config, model_device="/CPU:0",
                           tokenizer=sample_tokenizer(config.data.text_cleaners))
+    rng = np.random.default_rng(step)
+    for variable in trainer.model.trainable_variables:
+        variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
     trainer.step.step.assign(step)
-    return trainer.checkpoints.save(step)
+    return trainer.checkpoints.save(step), trainer.model.get_weights()

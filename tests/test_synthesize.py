@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from myxtts.inference.checkpoint_loading import CheckpointMismatchError, load_checkpoint
 from myxtts.synthesize import guarded_main
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
                                      REPO, make_checkpoint)
@@ -29,7 +30,7 @@ class SynthesizeCliTest(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="myxtts-synthesize-test-")
         cls.checkpoint_dir = os.path.join(cls.tmp, "run")
-        make_checkpoint(cls.checkpoint_dir)
+        _, cls.saved_weights = make_checkpoint(cls.checkpoint_dir)
 
     @classmethod
     def tearDownClass(cls):
@@ -53,6 +54,24 @@ class SynthesizeCliTest(unittest.TestCase):
         self.assertGreater(len(audio), 0)
         self.assertTrue(np.all(np.isfinite(audio)))
         self.assertGreater(float(np.max(np.abs(audio))), 0.0)
+
+    def test_loaded_weights_are_the_saved_ones(self):
+        loaded = load_checkpoint(self.checkpoint_dir)
+        self.assertTrue(loaded.checkpoint_path.endswith("ckpt-1"))
+        weights = loaded.model.get_weights()
+        self.assertEqual(len(weights), len(self.saved_weights))
+        for got, saved in zip(weights, self.saved_weights):
+            np.testing.assert_array_equal(got, saved)
+
+    def test_a_config_that_does_not_fit_the_checkpoint_is_refused(self):
+        other = os.path.join(self.tmp, "other-config")
+        shutil.copytree(self.checkpoint_dir, other)
+        with open(os.path.join(other, "config.yaml"), encoding="utf-8") as f:
+            config = f.read()
+        with open(os.path.join(other, "config.yaml"), "w", encoding="utf-8") as f:
+            f.write(config.replace("decoder_layers: 1", "decoder_layers: 2"))
+        with self.assertRaisesRegex(CheckpointMismatchError, "does not fit the model"):
+            load_checkpoint(other)
 
     def test_one_text_writes_a_wav_and_its_mel(self):
         output = os.path.join(self.tmp, "hello.wav")
