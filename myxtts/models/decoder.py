@@ -142,7 +142,7 @@ class MelDecoder(keras.layers.Layer):
 
     def embed_inputs(self, step_inputs, tables, seed=None, training=False):
         """step_inputs [B, S, r*n_mels] (previous steps' frames) and `position_tables` of those
-        S steps → [B, S, d]."""
+        S steps → [B, S, d]; or one decode step: [B, r*n_mels] and that step's rows → [B, d]."""
         keep_masks, encodings = tables
         x = self.input_projection(self.prenet(step_inputs, keep_masks, fold_seed(seed, 0),
                                               training=training))
@@ -150,7 +150,7 @@ class MelDecoder(keras.layers.Layer):
         return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
 
     def heads(self, x):
-        """Decoder states [B, S, d] → (frames [B, S, r*n_mels], stop logits [B, S, r])."""
+        """Decoder states [B, (S,) d] → (frames [B, (S,) r*n_mels], stop logits [B, (S,) r])."""
         return self.mel_projection(x), self.stop_projection(x)
 
     def call(self, step_inputs, latents, text, text_mask, seed=None, training=False):

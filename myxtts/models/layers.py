@@ -133,6 +133,23 @@ class MultiHeadAttention(keras.layers.Layer):
         x = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]), [-1, _length(heads, 2), self.d_model])
         return self.wo(x)
 
+    # One decode position as [B, d_model] rows: 2-D Dense calls and a plain reshape to heads
+    # keep the per-step graph small (a 3-D Dense adds ~15 shape ops per call).
+    def _step_heads(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.reshape(x, [-1, self.num_heads, 1, self.head_dim])
+
+    def step_query_heads(self, x: tf.Tensor) -> tf.Tensor:
+        """[B, d] → [B, H, 1, Dh]."""
+        return self._step_heads(self.wq(x))
+
+    def step_key_value_heads(self, x: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        k, v = tf.split(self.wkv(x), 2, axis=-1)
+        return self._step_heads(k), self._step_heads(v)
+
+    def step_combine(self, heads: tf.Tensor) -> tf.Tensor:
+        """[B, H, 1, Dh] → [B, d]."""
+        return self.wo(tf.reshape(heads, [-1, self.d_model]))
+
     def call(self, x, memory, mask=None):
         """Returns (output [B, Tq, d_model], weights [B, H, Tq, Tk] float32)."""
         k, v = self.key_value_heads(memory)
@@ -222,25 +239,26 @@ class TransformerBlock(keras.layers.Layer):
     def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks):
         """One decode position with a preallocated self-attention cache (inference only).
 
-        x: [B, 1, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
+        x: [B, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
         memory_kv: [(k, v)] per memory, already projected. Returns (x, cache_k, cache_v,
-        [cross weights]). The cache is written with a one-hot select (static shapes, XLA-friendly).
+        [cross weights [B, H, 1, Tk]]). The cache is written with a one-hot select (static
+        shapes, XLA-friendly).
         """
         h = self.self_norm(x)
-        q = self.self_attention.query_heads(h)
-        k, v = self.self_attention.key_value_heads(h)
+        q = self.self_attention.step_query_heads(h)
+        k, v = self.self_attention.step_key_value_heads(h)
         slots = tf.shape(cache_k)[2]
         here = tf.equal(tf.range(slots), position)[None, None, :, None]
         cache_k = tf.where(here, k, cache_k)
         cache_v = tf.where(here, v, cache_v)
         visible = (tf.range(slots) <= position)[None, None, None, :]
         out, _ = attend(q, cache_k, cache_v, visible)
-        x = x + self.self_attention.combine(out)
+        x = x + self.self_attention.step_combine(out)
         weights = []
         for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
             mk, mv = memory_kv[i]
-            out, w = attend(attention.query_heads(norm(x)), mk, mv, memory_masks[i])
-            x = x + attention.combine(out)
+            out, w = attend(attention.step_query_heads(norm(x)), mk, mv, memory_masks[i])
+            x = x + attention.step_combine(out)
             weights.append(w)
         x = x + self.feed_forward(self.ff_norm(x))
         return x, cache_k, cache_v, weights

@@ -148,10 +148,12 @@ class XTTSModel(keras.Model):
         slots = tf.range(max_steps)
 
         def record(step, frames, stop, align, frames_buf, align_buf, done, lengths):
+            """Stores step `step` (frames [B, r*n], stop [B, r], align [B, T_text]) and applies
+            the stopping rules."""
             here = tf.equal(slots, step)[None, :, None]
-            frames_buf = tf.where(here, frames, frames_buf)
+            frames_buf = tf.where(here, frames[:, None, :], frames_buf)
             align_buf = tf.where(here, align[:, None, :], align_buf)
-            over = stop[:, 0, :] > stop_logit
+            over = stop > stop_logit
             stopped = tf.reduce_any(over, axis=-1)
             first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
             ended = stopped | (step + 1 >= limit)
@@ -179,9 +181,9 @@ class XTTSModel(keras.Model):
             keep_masks, encodings = self.decoder.position_tables(slots)
 
             def body(step, frames_buf, align_buf, done, lengths, previous, caches):
-                here = step[None]
-                x = self.decoder.embed_inputs(previous, ([tf.gather(m, here) for m in keep_masks],
-                                                         tf.gather(encodings, here)))
+                # One step as [B, ...] rows (see MultiHeadAttention.step_query_heads).
+                x = self.decoder.embed_inputs(previous, ([tf.gather(m, step) for m in keep_masks],
+                                                         tf.gather(encodings, step)))
                 new_caches = []
                 for block, (ck, cv), kv in zip(blocks, caches, memory_kv):
                     x, ck, cv, weights = block.step(x, ck, cv, step, kv, [None, text_mask])
@@ -191,15 +193,15 @@ class XTTSModel(keras.Model):
                 out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
                 return (step + 1, *out, frames, tuple(new_caches))
 
-            loop_vars = (*state, tf.zeros([b, 1, r * n]), caches)
+            loop_vars = (*state, tf.zeros([b, r * n]), caches)
             final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps)
         else:
             def body(step, frames_buf, align_buf, done, lengths, inputs):
                 frames, stop, weights = self.decoder(inputs, latents, text, text_mask)
-                frames, stop = frames[:, -1:], stop[:, -1:]
+                frames, stop = frames[:, -1], stop[:, -1]
                 align = tf.reduce_mean(weights, axis=1)[:, -1]
                 out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
-                return (step + 1, *out, tf.concat([inputs, frames], axis=1))
+                return (step + 1, *out, tf.concat([inputs, frames[:, None]], axis=1))
 
             loop_vars = (*state, tf.zeros([b, 1, r * n]))
             # The growing input has an unknown length, so everything derived from it has an
