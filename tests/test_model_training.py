@@ -154,6 +154,19 @@ class GradientCheckpointingTest(unittest.TestCase):
             np.testing.assert_allclose(g2.numpy(), g1.numpy(), atol=1e-5, err_msg=v.path)
 
 
+class CheckpointTest(unittest.TestCase):
+    def test_tf_checkpoint_of_the_model_holds_every_weight(self):
+        import tempfile
+        model = tiny_model()
+        path = tf.train.Checkpoint(model=model).save(os.path.join(tempfile.mkdtemp(), "ckpt"))
+        saved = [name for name, _ in tf.train.list_variables(path) if name.startswith("model/")]
+        self.assertEqual(len(saved), len(model.weights))
+        restored = tiny_model()
+        tf.train.Checkpoint(model=restored).restore(path).assert_existing_objects_matched()
+        for a, b in zip(model.get_weights(), restored.get_weights()):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.slow
 class PresetTest(unittest.TestCase):
     def test_every_preset_builds_and_reports_its_size(self):

@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from myxtts.config import ModelConfig
-from myxtts.models.layers import (TransformerStack, causal_mask, fold_seed,
+from myxtts.models.layers import (TransformerStack, causal_mask, fold_seed, indexed,
                                   sinusoidal_encoding, stateless_dropout)
 
 # Decoder memories, in the order of the blocks' cross-attention sub-layers.
@@ -47,8 +47,8 @@ class Prenet(keras.layers.Layer):
     def __init__(self, in_dim: int, units: int, rate: float, **kwargs):
         super().__init__(**kwargs)
         self.in_dim, self.units, self.rate = in_dim, units, rate
-        self.layers_ = [keras.layers.Dense(units, activation="relu", name=f"dense_{i}")
-                        for i in range(2)]
+        self.layers_ = indexed(self, "dense", [
+            keras.layers.Dense(units, activation="relu", name=f"dense_{i}") for i in range(2)])
 
     def build(self, input_shape=None):
         self.layers_[0].build((None, None, self.in_dim))
@@ -84,10 +84,11 @@ class Postnet(keras.layers.Layer):
         super().__init__(autocast=False, **kwargs)
         self.n_mels = n_mels
         n = config.postnet_layers
-        self.convs = [keras.layers.Conv1D(n_mels if i == n - 1 else config.postnet_channels,
-                                          config.postnet_kernel, padding="same",
-                                          activation=None if i == n - 1 else "tanh",
-                                          name=f"conv_{i}") for i in range(n)]
+        self.convs = indexed(self, "conv", [
+            keras.layers.Conv1D(n_mels if i == n - 1 else config.postnet_channels,
+                                config.postnet_kernel, padding="same",
+                                activation=None if i == n - 1 else "tanh", name=f"conv_{i}")
+            for i in range(n)])
 
     def build(self, input_shape=None):
         channels = self.n_mels

@@ -96,6 +96,15 @@ def _length(x: tf.Tensor, axis: int):
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
 
+def indexed(owner: keras.layers.Layer, prefix: str, layers: list) -> list:
+    """Also sets owner.<prefix>_<i> for every layer of a list and returns the list.
+    tf.train.Checkpoint follows attributes but not the lists Keras 3 tracks, so without this,
+    list-held layers (blocks, convs) would be missing from checkpoints."""
+    for i, layer in enumerate(layers):
+        setattr(owner, f"{prefix}_{i}", layer)
+    return layers
+
+
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with separate query and key/value projections.
 
@@ -192,9 +201,11 @@ class TransformerBlock(keras.layers.Layer):
         self.gradient_checkpointing = gradient_checkpointing
         self.self_norm = _layer_norm("self_attention_norm")
         self.self_attention = MultiHeadAttention(d_model, num_heads, name="self_attention")
-        self.cross_norms = [_layer_norm(f"cross_attention_{i}_norm") for i in range(num_memories)]
-        self.cross_attentions = [MultiHeadAttention(d_model, num_heads, name=f"cross_attention_{i}")
-                                 for i in range(num_memories)]
+        self.cross_norms = indexed(self, "cross_norm", [
+            _layer_norm(f"cross_attention_{i}_norm") for i in range(num_memories)])
+        self.cross_attentions = indexed(self, "cross_attention", [
+            MultiHeadAttention(d_model, num_heads, name=f"cross_attention_{i}")
+            for i in range(num_memories)])
         self.ff_norm = _layer_norm("feed_forward_norm")
         self.feed_forward = FeedForward(d_model, ff_dim, dropout, name="feed_forward")
 
@@ -272,9 +283,10 @@ class TransformerStack(keras.layers.Layer):
                  **kwargs):
         super().__init__(**kwargs)
         self.d_model = d_model
-        self.blocks = [TransformerBlock(d_model, num_heads, ff_dim, dropout, num_memories,
-                                        gradient_checkpointing, name=f"block_{i}")
-                       for i in range(num_layers)]
+        self.blocks = indexed(self, "block", [
+            TransformerBlock(d_model, num_heads, ff_dim, dropout, num_memories,
+                             gradient_checkpointing, name=f"block_{i}")
+            for i in range(num_layers)])
         self.final_norm = _layer_norm("final_norm")
 
     def build(self, input_shape=None):
