@@ -2,14 +2,9 @@
 checkpoint (latest, best/ or a given prefix), model weights only.
 
 The trainer saves tf.train.Checkpoint(model=..., optimizer=..., step=..., ...)
-(myxtts.training.trainer). Under `model/` that checkpoint holds only the weights of layers kept
-in attributes: Keras 3 shows layers kept in Python lists (transformer blocks, postnet convs) to
-SavedModel but not to tf.train.Checkpoint. Every trainable weight is nevertheless saved, as
-`optimizer/_trainable_variables/<i>`, the list the Keras optimizer was built with (i = position
-in model.trainable_variables; the same with LossScaleOptimizer). Inference restores both paths
-into the freshly built model, without building an optimizer, ignores everything else
-(expect_partial) and checks that every weight was matched and that the checkpoint's list has
-exactly as many entries as the model.
+(myxtts.training.trainer). Inference restores only `model/` into a freshly built model, without
+building an optimizer, ignores everything else (expect_partial) and refuses a checkpoint in which
+any model weight has no value (a config.yaml or vocab.json from another run).
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ from typing import Any, Dict, List, Optional
 
 import keras
 import tensorflow as tf
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
@@ -104,28 +98,6 @@ def resolve_checkpoint(directory: str, checkpoint: Optional[str] = None) -> str:
         f"'best', or omit --checkpoint for the latest.")
 
 
-class _OptimizerWeights(tf.Module):
-    """Stands in for the trainer's optimizer in the checkpoint graph: only its list of the
-    model's trainable variables (Keras' attribute name), no slots."""
-
-    def __init__(self, model: keras.Model):
-        super().__init__(name="optimizer_weights")
-        self._trainable_variables = list(model.trainable_variables)
-
-
-def _saved_trainable_count(path: str) -> Optional[int]:
-    """Entries of optimizer/_trainable_variables in checkpoint `path` (None if absent)."""
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(tf.train.load_checkpoint(path).get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-    node = graph.nodes[0]
-    for name in ("optimizer", "_trainable_variables"):
-        child = next((c for c in node.children if c.local_name == name), None)
-        if child is None:
-            return None
-        node = graph.nodes[child.node_id]
-    return len(node.children)
-
-
 def _unreachable_weights(root, model: keras.Model) -> List[str]:
     """Paths of model weights (the dropout seed state does not matter at inference) that no
     checkpoint path from `root` reaches."""
@@ -143,15 +115,11 @@ def load_checkpoint(directory: str, checkpoint: Optional[str] = None) -> LoadedC
     keras.mixed_precision.set_global_policy("float32")
     model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
                       config.data.n_mels)
-    root = tf.train.Checkpoint(model=model, optimizer=_OptimizerWeights(model))
+    root = tf.train.Checkpoint(model=model)
     problem = None
     missing = _unreachable_weights(root, model)
-    saved = _saved_trainable_count(path)
     if missing:
         problem = f"{len(missing)} weights have no checkpoint path, e.g. {missing[0]}"
-    elif saved != len(model.trainable_variables):
-        problem = (f"it lists {saved} trainable variables, the model has "
-                   f"{len(model.trainable_variables)}")
     else:
         try:
             root.restore(path).expect_partial().assert_existing_objects_matched()
