@@ -17,9 +17,10 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
@@ -51,11 +52,7 @@ def resolve_checkpoint_path(path: str) -> str:
                                   f"(no 'checkpoint' file pointing at ckpt-N files). Pass a "
                                   f"checkpoint directory or a prefix such as {path}/ckpt-1000.")
         return latest
-    for suffix in (".index", ".data-00000-of-00001"):
-        if path.endswith(suffix):
-            path = path[: -len(suffix)]
-    if "data-0" in path:
-        path = path.split(".data-")[0]
+    path = re.sub(r"\.(index|data-\d{5}-of-\d{5})$", "", path)
     if not os.path.exists(path + ".index"):
         raise CheckpointError(f"--resume-from {path}: no checkpoint there ({path}.index does not "
                               f"exist). Pass a checkpoint directory or a prefix such as "
@@ -71,6 +68,7 @@ class CheckpointStore:
         os.makedirs(directory, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**objects)
         self._step_var = objects["step"]
+        self._keep = keep
         self._remove_interrupted_writes()
         self._open_managers(keep)
 
@@ -94,7 +92,7 @@ class CheckpointStore:
     def save(self, step: int) -> Optional[str]:
         """Saves as ckpt-<step> unless that step is already the latest checkpoint."""
         latest = self.manager.latest_checkpoint
-        if latest and latest.endswith(f"ckpt-{step}"):
+        if latest and os.path.basename(latest) == f"ckpt-{step}":
             return None
         return self._save(self.manager, step)
 
@@ -155,7 +153,7 @@ class CheckpointStore:
             shutil.move(os.path.join(self.directory, name), os.path.join(target, name))
         logger.warning("%s: moved %d earlier file(s) from %s to %s (nothing was deleted).",
                        reason, len(names), self.directory, target)
-        self._open_managers(self.manager._max_to_keep)  # pylint: disable=protected-access
+        self._open_managers(self._keep)
         return target
 
     # -- internals -----------------------------------------------------------------------------
@@ -181,6 +179,3 @@ class CheckpointStore:
             return True
         except (tf.errors.OpError, ValueError):
             return False
-
-    def all_checkpoints(self) -> List[str]:
-        return list(self.manager.checkpoints)

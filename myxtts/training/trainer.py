@@ -93,7 +93,6 @@ class XTTSTrainer:
         tc = config.training
         self.model_device = model_device or _default_device()
         self.directory = tc.checkpoint_dir
-        self.tokenizer = tokenizer
         self._stop_signal: Optional[int] = None
         self._last_save = time.monotonic()
         self._griffin_lim: Optional[GriffinLim] = None
