@@ -1,6 +1,7 @@
 """The compiled training step on the model device (fresh processes, two logical CPUs):
 placement of everything the trainer owns, gradient accumulation equal to one big batch,
-non-finite steps skipped and counted, float16 and bfloat16 steps.
+non-finite steps skipped and counted, float16 and bfloat16 steps, Muon, weight-decay
+exclusions, learning-rate schedules, the auto precision choice.
 
     python -m pytest tests/test_trainer_step.py -v
 """
@@ -84,6 +85,36 @@ big.step(batch(size=8, nan=True))
 r = big.step(batch(size=8, seed=7))
 out["after_recovery"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_nonfinite"]),
                          "total": int(big.step.nonfinite_total.numpy())}
+
+# Weight decay: never on vectors (biases, norms) or embedding tables; on matrices.
+opt = big.optimizer
+out["decay"] = {"vectors": any(opt._use_weight_decay(v) for v in big.model.trainable_variables
+                               if len(v.shape) <= 1),
+                "embeddings": any(opt._use_weight_decay(v) for v in big.model.trainable_variables
+                                  if "embedding" in v.path.lower()),
+                "matrices": all(opt._use_weight_decay(v) for v in big.model.trainable_variables
+                                if len(v.shape) == 2 and "embedding" not in v.path.lower())}
+
+# Muon trains too (its AdamW branch takes vectors and embeddings).
+muon = make_trainer(os.path.join(workdir, "muon"), xla=False, optimizer="muon")
+r = muon.step(batch())
+out["muon"] = {"optimizer": type(muon.optimizer).__name__, "finite": bool(r["finite"]),
+               "loss": float(r["total"]), "devices": devices_of(muon.optimizer.variables)}
+
+# Schedules: warmup then cosine to the floor; Noam peaks at warmup; both serialize.
+import keras
+from myxtts.config import TrainingConfig
+from myxtts.training.schedules import build_schedule
+from myxtts.training.precision import resolve_precision
+tc = TrainingConfig(learning_rate=1e-3, warmup_steps=10, decay_steps=100, min_lr_ratio=0.1)
+cosine = build_schedule(tc)
+tc.lr_schedule = "noam"
+noam = build_schedule(tc)
+again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(noam))
+out["cosine"] = [float(cosine(s)) for s in (0, 5, 10, 60, 110, 500)]
+out["noam"] = [float(noam(s)) for s in (0, 9, 39)] + [float(again(39))]
+auto = resolve_precision("auto", plan.model_device)
+out["auto_precision"] = [auto.policy, auto.loss_scaling, auto.reason]
 print(json.dumps(out))
 """
 
@@ -151,6 +182,34 @@ class AccumulationAndNonFiniteTest(unittest.TestCase):
         self.assertEqual((nan["consecutive"], nan["total"]), (1, 1))
         self.assertTrue(nan["unchanged"])
         self.assertEqual((nan["step"], nan["iterations"]), (4, 3))  # counted, not applied
+
+    def test_weight_decay_skips_vectors_and_embeddings(self):
+        self.assertEqual(self.r["decay"], {"vectors": False, "embeddings": False,
+                                           "matrices": True})
+
+    def test_muon_step(self):
+        r = self.r["muon"]
+        self.assertEqual(r["optimizer"], "Muon")
+        self.assertTrue(r["finite"])
+        self.assertTrue(0 < r["loss"] < 100, r["loss"])
+        self.assertEqual(r["devices"], ["device:CPU:1"])
+
+    def test_schedules(self):
+        c = self.r["cosine"]
+        self.assertEqual(c[0], 0.0)
+        self.assertAlmostEqual(c[1], 5e-4, places=7)   # half way through warmup
+        self.assertAlmostEqual(c[2], 1e-3, places=7)   # peak
+        self.assertAlmostEqual(c[4], 1e-4, places=7)   # floor = min_lr_ratio * peak
+        self.assertAlmostEqual(c[5], 1e-4, places=7)
+        n = self.r["noam"]
+        self.assertAlmostEqual(n[1], 1e-3, places=7)   # peak at step warmup (counted from 1)
+        self.assertAlmostEqual(n[2], 1e-3 * 0.5, places=7)
+        self.assertEqual(n[2], n[3])                   # survives serialize/deserialize
+
+    def test_auto_precision_on_cpu_is_float32_with_a_reason(self):
+        policy, scaling, reason = self.r["auto_precision"]
+        self.assertEqual((policy, scaling), ("float32", False))
+        self.assertIn("no fp16 tensor cores", reason)
 
     def test_a_finite_step_resets_the_consecutive_count(self):
         r = self.r["after_recovery"]
