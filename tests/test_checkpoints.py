@@ -1,6 +1,7 @@
 """Checkpoints: resume with identical optimizer and loss-scale state, --resume-from an older
-checkpoint and --reset-training archive instead of deleting, and kill -9 during saves never
-leaves the latest checkpoint unreadable.
+checkpoint and --reset-training archive instead of deleting, a non-finite streak stops training
+without touching the last good checkpoint, and kill -9 during saves never leaves the latest
+checkpoint unreadable.
 
     python -m pytest tests/test_checkpoints.py -v
 """
@@ -59,6 +60,30 @@ e = XTTSTrainer(b.config, model_device=plan.model_device, tokenizer=TOKENIZER,
 out["reset_step"] = e.global_step
 out["archives"] = len(os.listdir(os.path.join(d, "archive")))
 out["after_reset"] = sorted(n for n in os.listdir(d) if n.startswith("ckpt"))
+
+# A streak of non-finite steps stops fit() with a message; the last good checkpoint stays.
+import contextlib
+from myxtts.training.trainer import TrainingStopped
+e.config.training.max_nonfinite_steps = 3
+e.step(batch())
+good = e._save()
+
+
+class NanPipeline:
+    val_steps = 0
+
+    def train_batches(self, epoch, device, skip_batches=0):
+        return contextlib.nullcontext([batch(nan=True) for _ in range(5)])
+
+
+try:
+    e.fit(NanPipeline())
+    out["nan_stop"] = None
+except TrainingStopped as err:
+    out["nan_stop"] = str(err)
+out["good"] = os.path.basename(good)
+out["latest_after_nan_stop"] = os.path.basename(e.checkpoints.latest)
+out["latest_step_after_nan_stop"] = checkpoint_step(e.checkpoints.latest)
 print(json.dumps(out))
 """
 
@@ -139,6 +164,14 @@ class ResumeTest(unittest.TestCase):
         for name in ("ckpt-4.index", "ckpt-5.index", "best", "checkpoint"):
             self.assertIn(name, archived)
         self.assertIsNone(self.r["latest_after_resume_from"])
+
+    def test_nonfinite_streak_stops_training_and_keeps_the_last_good_checkpoint(self):
+        r = self.r
+        self.assertIsNotNone(r["nan_stop"])
+        self.assertIn("3 consecutive optimizer steps had non-finite", r["nan_stop"])
+        self.assertIn("ckpt-1", r["nan_stop"])
+        self.assertEqual((r["good"], r["latest_after_nan_stop"]), ("ckpt-1", "ckpt-1"))
+        self.assertEqual(r["latest_step_after_nan_stop"], 1)
 
     def test_reset_training_starts_at_zero_and_archives(self):
         self.assertEqual(self.r["reset_step"], 0)

@@ -63,6 +63,8 @@ class GriffinLim:
             accelerated = rebuilt + momentum * (rebuilt - previous)
             previous = rebuilt
             spec = magnitude * tf.exp(tf.complex(0.0, tf.math.angle(accelerated)))
-        audio = self._istft(spec)
+        # Frame i here starts at sample i*hop; the features' frame i is centred there (librosa
+        # center=True), so the waveform starts half a window early: drop that half window.
+        audio = self._istft(spec)[self.win // 2:]
         peak = tf.reduce_max(tf.abs(audio))
         return audio / tf.maximum(peak, 1e-6) * 0.95
