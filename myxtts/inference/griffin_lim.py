@@ -63,8 +63,9 @@ class GriffinLim:
             accelerated = rebuilt + momentum * (rebuilt - previous)
             previous = rebuilt
             spec = magnitude * tf.exp(tf.complex(0.0, tf.math.angle(accelerated)))
-        # Frame i here starts at sample i*hop; the features' frame i is centred there (librosa
-        # center=True), so the waveform starts half a window early: drop that half window.
-        audio = self._istft(spec)[self.win // 2:]
+        # Frame i starts at sample i*hop here, while the features' frame i is centred there
+        # (librosa center=True): the waveform leads the original by win_length // 2 samples and
+        # has (frames - 1) * hop + win_length samples (myxtts.inference.vocoding relies on that).
+        audio = self._istft(spec)
         peak = tf.reduce_max(tf.abs(audio))
         return audio / tf.maximum(peak, 1e-6) * 0.95
