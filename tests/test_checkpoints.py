@@ -62,7 +62,7 @@ out["archives"] = len(os.listdir(os.path.join(d, "archive")))
 out["after_reset"] = sorted(n for n in os.listdir(d) if n.startswith("ckpt"))
 
 # A streak of non-finite steps stops fit() with a message; the last good checkpoint stays.
-import contextlib
+from myxtts.data.feeder import DeviceFeeder
 from myxtts.training.trainer import TrainingStopped
 e.config.training.max_nonfinite_steps = 3
 e.step(batch())
@@ -73,7 +73,9 @@ class NanPipeline:
     val_steps = 0
 
     def train_batches(self, epoch, device, skip_batches=0):
-        return contextlib.nullcontext([batch(nan=True) for _ in range(5)])
+        nan_batch = batch(nan=True)
+        return DeviceFeeder(tf.data.Dataset.range(5).map(lambda _: nan_batch), lambda b: b,
+                            plan.data_device, device)
 
 
 try:

@@ -145,6 +145,15 @@ class FeederTest(unittest.TestCase):
         with self.assertRaises(StopIteration):
             next(feeder)
 
+    def test_exhausted_once_the_last_batch_is_featurized_while_batches_are_still_queued(self):
+        ds = tf.data.Dataset.range(3).map(lambda x: {"x": x})
+        with DeviceFeeder(ds, lambda b: b, "/CPU:0", "/CPU:0", capacity=3) as feeder:
+            deadline = time.monotonic() + 30
+            while not feeder.exhausted and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertTrue(feeder.exhausted)
+            self.assertEqual([int(b["x"]) for b in feeder], [0, 1, 2])
+
     def test_consumer_wait_time_is_counted(self):
         def slow(batch):
             time.sleep(0.05)

@@ -49,6 +49,7 @@ class DeviceFeeder:
         self._dataset, self._featurize = dataset, featurize
         self._queue: "queue.Queue" = queue.Queue(maxsize=capacity)
         self._stop = threading.Event()
+        self._exhausted = threading.Event()
         self._finished = False
         self._thread = threading.Thread(target=self._produce, name=f"DeviceFeeder-{name}",
                                         daemon=True)
@@ -75,6 +76,7 @@ class DeviceFeeder:
                     on_model = {k: tf.identity(v) for k, v in features.items()}
                 if not self._put(on_model):
                     return
+            self._exhausted.set()
             self._put(_END)
         except BaseException as e:  # pylint: disable=broad-except  # re-raised in the consumer
             self._put(_Failure(e))
@@ -84,6 +86,12 @@ class DeviceFeeder:
     def queued(self) -> int:
         """Featurized batches waiting on the model device."""
         return self._queue.qsize()
+
+    @property
+    def exhausted(self) -> bool:
+        """True once the data device has featurized the dataset's last batch (the batches may
+        still be queued): the moment to start the next epoch's feeder."""
+        return self._exhausted.is_set()
 
     @property
     def fill_fraction(self) -> float:

@@ -215,20 +215,24 @@ class XTTSTrainer:
         first_loss = last_loss = None
         reason = None
         start_delay = tc.model_start_delay
-        while reason is None:
-            epoch = int(self.epoch.numpy())
-            if epoch >= tc.epochs:
-                reason = "epochs"
-                break
-            skip = int(self.batch_in_epoch.numpy())
-            if skip:
-                logger.info("Epoch %d: skipping the %d batches trained before the restart.",
-                            epoch + 1, skip)
-            with pipeline.train_batches(epoch, self.model_device, skip_batches=skip) as feeder:
+        feeder = upcoming = None
+        try:
+            while reason is None:
+                epoch = int(self.epoch.numpy())
+                if epoch >= tc.epochs:
+                    reason = "epochs"
+                    break
+                if upcoming is not None:
+                    feeder, upcoming = upcoming, None
+                else:
+                    skip = int(self.batch_in_epoch.numpy())
+                    if skip:
+                        logger.info("Epoch %d: skipping the %d batches trained before the "
+                                    "restart.", epoch + 1, skip)
+                    feeder = pipeline.train_batches(epoch, self.model_device, skip_batches=skip)
                 if start_delay > 0:
                     self._wait_for_data(feeder, start_delay)
                     start_delay = 0.0
-                throughput.reset()
                 for batch, waited in _timed(feeder):
                     started = time.monotonic()
                     out = self._run_step(batch)
@@ -237,6 +241,10 @@ class XTTSTrainer:
                     last_loss = float(out["total"])
                     first_loss = last_loss if first_loss is None else first_loss
                     monitor.progress(last_loss, throughput)
+                    if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
+                        # The data device has read this epoch's last batch: it starts on the
+                        # next epoch now, so the model device does not wait at the boundary.
+                        upcoming = pipeline.train_batches(epoch + 1, self.model_device)
                     if out["updated"]:
                         if int(out["consecutive_nonfinite"]) >= tc.max_nonfinite_steps:
                             self._raise_nonfinite()
@@ -246,6 +254,11 @@ class XTTSTrainer:
                 else:
                     self.epoch.assign_add(1)
                     self.batch_in_epoch.assign(0)
+                feeder.close()
+        finally:
+            for open_feeder in (feeder, upcoming):
+                if open_feeder is not None:
+                    open_feeder.close()
         path = self._save()
         logger.info("Training stopped at step %d (%s). Checkpoint: %s", self.global_step,
                     reason, path or self.checkpoints.latest)
