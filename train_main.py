@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 
 from absl import app, flags
 
 from myxtts import devices
+from myxtts.cli import run_guarded, setup_logging
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 
@@ -117,20 +117,10 @@ def load_config() -> XTTSConfig:
                            source="command-line flags")
 
 
-def setup_logging() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
-    logging.getLogger("absl").setLevel(logging.WARNING)  # TF's per-save "Sharding callback" noise
-
-
 def main(argv) -> int:
     if len(argv) > 1:
         raise MyXTTSError(f"Unexpected argument(s) {' '.join(argv[1:])}: every option is a flag "
                           f"(--name value). See `python train_main.py --helpfull`.")
-    setup_logging()
     plan = devices.plan_devices(
         FLAGS["data-gpu"].value, FLAGS["model-gpu"].value,
         split_gpu=FLAGS["split-gpu"].value, require_gpu=FLAGS["require-gpu"].value,
@@ -212,11 +202,8 @@ def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:
 
 
 def _guarded_main(argv) -> int:
-    try:
-        return main(argv)
-    except MyXTTSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    setup_logging()
+    return run_guarded(main, argv)
 
 
 def run() -> None:

@@ -10,11 +10,10 @@ models/models.config. docs/serving.md shows how to serve and call it.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Optional, Sequence
 
-from myxtts.errors import MyXTTSError
+from myxtts.cli import run_guarded, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,15 +56,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
-    # tf.saved_model.save logs every renamed captured-input name through absl at INFO.
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    try:
-        return main(argv)
-    except MyXTTSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    """`main` with logging set up and user-fixable problems printed as one paragraph (exit 2)."""
+    setup_logging()
+    return run_guarded(main, argv)
 
 
 def run() -> None:

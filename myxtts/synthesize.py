@@ -19,6 +19,7 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
+from myxtts.cli import run_guarded, setup_logging
 from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts")
@@ -117,14 +118,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`main` with user-fixable problems printed as one paragraph and exit status 2."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
-    try:
-        return main(argv)
-    except MyXTTSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    """`main` with logging set up and user-fixable problems printed as one paragraph (exit 2)."""
+    setup_logging()
+    return run_guarded(main, argv)
 
 
 def run() -> None:
