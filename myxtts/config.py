@@ -97,6 +97,10 @@ class ModelConfig:
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
     max_frames_per_token: float = _f(12.0, "Decode length limit per input token.")
     stop_threshold: float = _f(0.5, "Stop-token probability that ends decoding.")
+    decode_attention_window: int = _f(3, "Free-running decode: each step's text attention may "
+                                         "only look from 1 token behind to this many tokens "
+                                         "ahead of the previous step's peak (forced "
+                                         "monotonic reading); 0 = unconstrained.")
     gradient_checkpointing: bool = _f(False, "Recompute transformer blocks in the backward "
                                              "pass (tf.recompute_grad) to save memory.")
 

@@ -247,3 +247,70 @@ class PlacementTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def _contains(haystack: np.ndarray, needle: np.ndarray) -> bool:
+    """True when `needle` (rows of haystack's row width) occurs in `haystack` exactly, at a row
+    boundary."""
+    row = haystack[0:1].nbytes
+    data, part = np.ascontiguousarray(haystack).tobytes(), np.ascontiguousarray(needle).tobytes()
+    at = data.find(part)
+    while at >= 0:
+        if at % row == 0:
+            return True
+        at = data.find(part, at + 1)
+    return False
+
+
+@pytest.mark.slow
+class ReferenceIsNeverTheTargetTest(unittest.TestCase):
+    """Every item's speaker reference is a slice of ANOTHER utterance of the same speaker, in
+    both feature modes, for training and validation items alike."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        write_metadata(self.tmp, copy_sample_rows(self.tmp, 12))
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def check(self, utterances, references):
+        """utterances {tokens: (speaker, array)}; references [(tokens, reference array)]."""
+        self.assertGreater(len(references), 8)
+        for tokens, ref in references:
+            speaker, own = utterances[tokens]
+            sources = [key for key, (_, array) in utterances.items() if _contains(array, ref)]
+            self.assertTrue(sources, "the reference is a slice of no utterance")
+            self.assertNotIn(tokens, sources)
+            self.assertEqual({utterances[key][0] for key in sources}, {speaker})
+
+    def test_raw_mode(self):
+        from myxtts.data.cache import load_samples
+        pipeline = InputPipeline(tiny_config(val_fraction=0.25), self.tmp, work_dir=self.tmp)
+        items = pipeline.items["train"] + pipeline.items["val"]
+        utterances = {tuple(it.tokens): (it.speaker, load_samples(it, pipeline.data_config)
+                                         [:, None]) for it in items}
+        references = []
+        for ds in (pipeline.train_dataset(0), pipeline.val_dataset()):
+            for b in ds:
+                for i in range(b["tokens"].shape[0]):
+                    tokens = tuple(b["tokens"][i, :b["token_lengths"][i]].numpy())
+                    ref = b["ref_audio"][i, :b["ref_audio_lengths"][i]].numpy()[:, None]
+                    references.append((tokens, ref))
+        self.check(utterances, references)
+
+    def test_cached_mode(self):
+        pipeline = InputPipeline(tiny_config(feature_mode="cached", val_fraction=0.25),
+                                 self.tmp, work_dir=self.tmp)
+        speakers = {tuple(it.tokens): it.speaker
+                    for it in pipeline.items["train"] + pipeline.items["val"]}
+        utterances, references = {}, []
+        for ds in (pipeline.train_dataset(0), pipeline.val_dataset()):
+            for b in ds:
+                b = pipeline.featurize(b)
+                for i in range(b["tokens"].shape[0]):
+                    tokens = tuple(b["tokens"][i, :b["token_lengths"][i]].numpy())
+                    utterances[tokens] = (speakers[tokens],
+                                          b["mel"][i, :b["mel_lengths"][i]].numpy())
+                    references.append((tokens, b["ref_mel"][i, :b["ref_lengths"][i]].numpy()))
+        self.check(utterances, references)

@@ -244,11 +244,25 @@ class FolderAndFormatTest(unittest.TestCase):
 
     def test_val_data_folder(self):
         train, val = os.path.join(self.tmp, "train"), os.path.join(self.tmp, "val")
+        write_metadata(train, copy_sample_rows(train, 4))
+        write_metadata(val, copy_sample_rows(val, 6)[4:])
+        prepared = prepare_dataset(tiny_config(), train, val)
+        self.assertEqual([it.id for it in prepared.items["val"]], ["S005", "S006"])
+        self.assertIn("val", prepared.report.table())
+
+    def test_speakers_without_a_second_utterance_are_counted_and_left_out(self):
+        # Sample rows alternate speakers anna/ben: train S001 anna, S002 ben, S003 anna;
+        # val S004 ben, S005 anna. ben's only training utterance has no other to serve as its
+        # reference, and then the validation item of ben has none either.
+        train, val = os.path.join(self.tmp, "train"), os.path.join(self.tmp, "val")
         write_metadata(train, copy_sample_rows(train, 3))
         write_metadata(val, copy_sample_rows(val, 5)[3:])
         prepared = prepare_dataset(tiny_config(), train, val)
-        self.assertEqual([it.id for it in prepared.items["val"]], ["S004", "S005"])
-        self.assertIn("val", prepared.report.table())
+        self.assertEqual([it.id for it in prepared.items["train"]], ["S001", "S003"])
+        self.assertEqual([it.id for it in prepared.items["val"]], ["S005"])
+        self.assertEqual(prepared.report.count("no_reference", "train"), 1)
+        self.assertEqual(prepared.report.count("no_reference", "val"), 1)
+        self.assertIn("has no second utterance", prepared.report.table())
 
 
 class SplitTest(unittest.TestCase):

@@ -32,8 +32,9 @@ Modes (data.feature_mode):
           map), bucket and pad → prefetch_to_device(data_device); data device: log-mels of the
           audio and of the reference in a tf.function.
   cached  log-mels read from sharded TFRecords (cache.py) → shuffle buffer → bucket and pad →
-          prefetch_to_device(data_device); the reference is a random slice of the utterance's
-          own cached mel (raw mode uses another utterance of the same speaker).
+          prefetch_to_device(data_device); the reference is a random slice of the mel of
+          another utterance of the same speaker (a bank read once from the cache; raw mode
+          decodes another utterance of the same speaker). Never the target itself.
 
 Batching: each epoch's order is a permutation seeded by (data.seed, epoch); utterances are
 grouped by bucket (group_by_window) and padded to the bucket's static shape; a bucket's last,
@@ -56,6 +57,7 @@ from myxtts.data import cache as cache_lib
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
 from myxtts.data.feeder import DeviceFeeder
 from myxtts.data.prepare import VOCAB_FILE, prepare_dataset
+from myxtts.data.validation import reference_pools
 
 logger = logging.getLogger("myxtts.data")
 
@@ -94,6 +96,9 @@ class InputPipeline:
                     ", ".join(f"{b.frames}/{b.max_tokens}/{b.batch_size}" for b in self.buckets),
                     self.train_steps_per_epoch, self.val_steps)
 
+        # Each item's speaker reference is another utterance of its speaker (validation made
+        # sure there is one): never the target itself, in either feature mode.
+        self._reference_pools = reference_pools(self.items)
         self._log_mel = audio_lib.LogMel.from_config(d)
         # XLA fuses framing, the float64 window/FFT and the mel projection (measured 1.8x the
         # plain tf.function on CPU); batches have one static shape per bucket, so it compiles
@@ -101,6 +106,8 @@ class InputPipeline:
         self._featurize = tf.function(self._featurize_batch, jit_compile=True)
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
+        self._bank = None
+        self._train_paths = {it.audio_path for it in self.items["train"]}
         if self.feature_mode == "cached":
             for split in ("train", "val"):
                 if self.items[split]:
@@ -216,9 +223,7 @@ class InputPipeline:
     def _raw_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:
         d = self.data_config
         items = self.items[split]
-        by_speaker: Dict[str, List[int]] = collections.defaultdict(list)
-        for i, item in enumerate(items):
-            by_speaker[item.speaker].append(i)
+        pools = self._reference_pools[split]
         ref_samples = audio_lib.samples_for_frames(self.ref_frames, d.hop_length)
 
         def load(index):
@@ -226,9 +231,8 @@ class InputPipeline:
             item = items[i]
             samples = cache_lib.load_samples(item, d)
             rng = np.random.default_rng([d.seed, epoch, i])
-            others = [j for j in by_speaker[item.speaker] if j != i]
-            j = int(rng.choice(others)) if others else i
-            ref = samples if j == i else cache_lib.load_samples(items[j], d)
+            pool = pools[i]
+            ref = cache_lib.load_samples(pool[int(rng.integers(len(pool)))], d)
             start, length = audio_lib.reference_slice(len(ref), d.sample_rate, d.ref_min_seconds,
                                                       d.ref_max_seconds, rng)
             ref = ref[start:start + min(length, ref_samples)]
@@ -284,6 +288,7 @@ class InputPipeline:
         frames_per_second = d.sample_rate / d.hop_length
         ref_min = max(1, int(d.ref_min_seconds * frames_per_second))
         ref_max = self.ref_frames
+        bank_mels, bank_lengths, candidates = self._reference_bank(split)
 
         def parse(serialized):
             uid, mel = cache_lib.parse_record(serialized, d.n_mels)
@@ -292,19 +297,22 @@ class InputPipeline:
         def to_element(record):
             index = record["index"]
             mel = record["mel"]
-            n = tf.shape(mel)[0]
             seed = tf.stack([tf.cast(d.seed * 100003 + epoch, tf.int64), index])
+            choices = candidates[index]
+            pick = tf.random.stateless_uniform([], seed + 2, 0, tf.shape(choices)[0], tf.int32)
+            source = tf.gather(choices, pick)
+            n = tf.gather(bank_lengths, source)
             lo = tf.minimum(ref_min, n)
-            hi = tf.minimum(ref_max, n)
-            length = tf.random.stateless_uniform([], seed, lo, hi + 1, tf.int32)
+            length = tf.random.stateless_uniform([], seed, lo, n + 1, tf.int32)
             start = tf.random.stateless_uniform([], seed + 1, 0, n - length + 1, tf.int32)
-            ref = mel[start:start + length]
+            ref = tf.gather(bank_mels, source)[start:start + length]
             ref = tf.pad(ref, [[0, ref_max - length], [0, 0]], constant_values=log_floor)
             ref.set_shape([ref_max, d.n_mels])
             toks = tokens[index]
             return {"tokens": toks, "token_lengths": tf.shape(toks)[0],
                     "language_ids": tf.gather(languages, index),
-                    "mel": mel, "mel_lengths": n, "ref_mel": ref, "ref_lengths": length}
+                    "mel": mel, "mel_lengths": tf.shape(mel)[0], "ref_mel": ref,
+                    "ref_lengths": length}
 
         ds = tf.data.TFRecordDataset(shards, num_parallel_reads=min(len(shards), 4))
         if training:
@@ -314,6 +322,42 @@ class InputPipeline:
         ds = ds.filter(lambda r: r["index"] >= 0)
         ds = ds.map(to_element, num_parallel_calls=self._parallel, deterministic=True)
         return self._bucketed(ds, "mel_lengths", {"mel": log_floor}, {"mel": 1})
+
+    def _reference_bank(self, split: str):
+        """Cached mode's speaker references: (mels [N, ref_frames, n_mels] of up to 32
+        utterances per speaker (first ref_frames frames, padded), their lengths [N], and for each
+        item of `split` the bank rows it may use (ragged [items, None]): rows of its reference
+        pool (validation.reference_pools), so never the item itself). Built once, read from the
+        feature cache."""
+        if self._bank is None:
+            d = self.data_config
+            members: Dict[str, Dict[str, object]] = collections.defaultdict(dict)
+            for pools in self._reference_pools.values():
+                for pool in pools:
+                    for item in sorted(pool, key=lambda it: it.audio_path not in self._train_paths):
+                        members[item.speaker].setdefault(item.audio_path, item)
+            cap = max(2, min(32, 1024 // max(1, len(members))))
+            chosen = [it for speaker in sorted(members)
+                      for it in list(members[speaker].values())[:cap]]
+            rows = {it.audio_path: i for i, it in enumerate(chosen)}
+            mels = np.full([len(chosen), self.ref_frames, d.n_mels], math.log10(d.mel_floor),
+                           np.float32)
+            lengths = np.zeros([len(chosen)], np.int32)
+            for bank_split, shards in self._shards.items():
+                by_id = {it.id: it.audio_path for it in self.items[bank_split]
+                         if it.audio_path in rows}
+                for record in tf.data.TFRecordDataset(shards):
+                    uid, mel = cache_lib.parse_record(record, d.n_mels)
+                    path = by_id.get(uid.numpy().decode("utf-8"))
+                    if path is not None:
+                        mel = mel.numpy()[: self.ref_frames]
+                        mels[rows[path], : len(mel)] = mel
+                        lengths[rows[path]] = len(mel)
+            self._bank = (tf.constant(mels), tf.constant(lengths), rows)
+        mels, lengths, rows = self._bank
+        candidates = [[rows[it.audio_path] for it in pool if it.audio_path in rows]
+                      for pool in self._reference_pools[split]]
+        return mels, lengths, tf.ragged.constant(candidates, dtype=tf.int32, ragged_rank=1)
 
     # ---- featurization (data device) ------------------------------------------------------------
     def _featurize_batch(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:

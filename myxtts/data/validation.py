@@ -59,6 +59,8 @@ RULES: Dict[str, Tuple[str, str]] = {
     "empty_text": ("no text after cleaning", "skipped"),
     "text_too_long": ("text longer than data.max_text_length", "skipped"),
     "unknown_language": ("language not in data.languages", "skipped"),
+    "no_reference": ("speaker has no other utterance to serve as the voice reference",
+                     "skipped"),
     "unknown_characters": ("characters outside the vocabulary", "removed"),
     "stereo": ("more than one channel", "downmixed"),
     "resampled": ("sample rate differs from data.sample_rate", "resampled"),
@@ -403,12 +405,54 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
                                row.speaker, d.languages.index(row.language), f.num_samples,
                                f.source_rate))
         items[split] = usable
+    problems += _drop_items_without_reference(items)
 
     report = ValidationReport(
         rows_read={s: len(rs) + len(parse_problems.get(s, ())) for s, rs in rows.items()},
         problems=problems,
         stats={s: split_stats(items[s], d.sample_rate, d.languages) for s in rows})
     return report, items, tokenizer
+
+
+def reference_pools(items: Dict[str, List[Item]]) -> Dict[str, List[List[Item]]]:
+    """For each split, each item's possible speaker references: the other utterances of its
+    speaker in the training split and in its own split, never the item itself (a model that
+    sees its target as the reference can copy instead of reading). May be empty."""
+    by_speaker: Dict[Tuple[str, str], List[Item]] = collections.defaultdict(list)
+    for split, split_items in items.items():
+        for item in split_items:
+            by_speaker[(split, item.speaker)].append(item)
+    pools = {}
+    for split, split_items in items.items():
+        pools[split] = []
+        for item in split_items:
+            pool = list(by_speaker.get(("train", item.speaker), []))
+            if split != "train":
+                pool += by_speaker.get((split, item.speaker), [])
+            pools[split].append([other for other in pool
+                                 if other.audio_path != item.audio_path])
+    return pools
+
+
+def _drop_items_without_reference(items: Dict[str, List[Item]]) -> List[Problem]:
+    """Leaves out (and reports) items whose speaker has no other utterance to use as the
+    reference; see reference_pools."""
+    problems: List[Problem] = []
+    dropped = True
+    while dropped:  # a dropped training item may have been a validation item's only reference
+        dropped = False
+        for split, pools in reference_pools(items).items():
+            keep = []
+            for item, pool in zip(items[split], pools):
+                if pool:
+                    keep.append(item)
+                    continue
+                dropped = True
+                problems.append(Problem("no_reference", split,
+                                        f"{item.audio_path} (id {item.id})",
+                                        f"speaker {item.speaker!r} has no second utterance"))
+            items[split] = keep
+    return problems
 
 
 def enforce(report: ValidationReport, items: Dict[str, List[Item]], data_config) -> None:

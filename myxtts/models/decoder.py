@@ -155,15 +155,16 @@ class MelDecoder(keras.layers.Layer):
         return self.mel_projection(x), self.stop_projection(x)
 
     def call(self, step_inputs, latents, text, text_mask, seed=None, training=False):
-        """Teacher-forced pass over all steps. Returns (frames [B,S,r*n], stop [B,S,r],
-        text cross-attention weights of the last block [B, H, S, T_text])."""
+        """Teacher-forced pass over all steps. `text_mask` is bool, broadcastable to
+        [B, 1, S, T_text]. Returns (frames [B,S,r*n], stop [B,S,r], text cross-attention weights
+        of every block, blocks then heads [B, layers*H, S, T_text] float32)."""
         s = tf.shape(step_inputs)[1]
         x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
                                       memory_masks=[None, text_mask], seed=fold_seed(seed, 2),
                                       training=training)
         frames, stop = self.heads(x)
-        return frames, stop, weights[TEXT]
+        return frames, stop, tf.concat([w[TEXT] for w in weights], axis=1)
 
 
 def previous_step_inputs(mel: tf.Tensor, r: int) -> tf.Tensor:

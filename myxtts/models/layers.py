@@ -46,6 +46,14 @@ def causal_mask(length) -> tf.Tensor:
     return tf.linalg.band_part(ones, -1, 0)[None, None]
 
 
+def window_mask(peaks: tf.Tensor, behind: int, ahead: int, max_len) -> tf.Tensor:
+    """[B, 1, 1, T_keys] bool: key n may be attended when peaks[b] - behind <= n <= peaks[b] +
+    ahead (the monotonic decode window around the previous step's attention peak)."""
+    n = tf.range(max_len)[None, :]
+    peaks = tf.cast(peaks, tf.int32)[:, None]
+    return ((n >= peaks - behind) & (n <= peaks + ahead))[:, None, None, :]
+
+
 def sinusoidal_encoding(positions: tf.Tensor, dim: int) -> tf.Tensor:
     """Sinusoidal position encoding [..., dim] (float32) for integer positions of any length."""
     positions = tf.cast(positions, tf.float32)[..., None]
@@ -296,9 +304,11 @@ class TransformerStack(keras.layers.Layer):
         self.built = True
 
     def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False):
-        """Returns (x, weights of the last block's cross-attentions)."""
+        """Returns (x, cross-attention weights: one list per block, one [B, H, Tq, Tk] entry per
+        memory)."""
         weights = []
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, self_mask, memories, memory_masks,
-                               seed=fold_seed(seed, i), training=training)
+            x, block_weights = block(x, self_mask, memories, memory_masks,
+                                     seed=fold_seed(seed, i), training=training)
+            weights.append(block_weights)
         return self.final_norm(x), weights

@@ -10,11 +10,15 @@ Public API (docs/model.md has the diagram and the contracts):
         out["stop_logits"] float32 [B, T_mel]          PER FRAME; frame mel_lengths-1 is the stop
         out["alignments"]  float32 [B, T_mel / r, T_text]  text cross-attention of the last
                                                        decoder block, mean over heads
+        out["text_attention"] float32 [B, layers*H, T_mel / r, T_text]  every block's text
+                                                       cross-attention heads (guided loss)
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
         out["mel_lengths"] int32   [B]
         out["alignments"]  float32 [B, max_steps, T_text]
+        out["stopped"]     bool    [B]  True where the stop head ended the item (False: the
+                                        length cap did)
 
 `generate` also takes keyword-only `stop_threshold`, `use_cache` (False = full-recompute
 reference path) and `jit_compile`. `decode` is the graph-building body of `generate` for callers
@@ -38,7 +42,7 @@ import tensorflow as tf
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.layers import fold_seed, key_padding_mask, length_mask
+from myxtts.models.layers import fold_seed, key_padding_mask, length_mask, window_mask
 
 
 class _FunctionCache:
@@ -93,7 +97,7 @@ class XTTSModel(keras.Model):
                                        seed=fold_seed(seed, 1), training=training)
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
-        frames, stop, weights = self.decoder(
+        frames, stop, text_attention = self.decoder(
             previous_step_inputs(mel, r), latents, text,
             key_padding_mask(token_lengths, tf.shape(tokens)[1]), seed=fold_seed(seed, 2),
             training=training)
@@ -101,7 +105,8 @@ class XTTSModel(keras.Model):
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         return {"mel_before": mel_before, "mel_after": mel_after,
                 "stop_logits": tf.reshape(stop, [b, t]),
-                "alignments": tf.reduce_mean(weights, axis=1)}
+                "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:], axis=1),
+                "text_attention": text_attention}
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]."""
@@ -133,6 +138,9 @@ class XTTSModel(keras.Model):
 
         Item b stops after the first frame whose stop probability exceeds `stop_threshold`, or
         after ceil(token_lengths[b] * max_frames_per_token / r) steps, or after max_steps steps.
+        With model.decode_attention_window = w > 0, every text cross-attention of step s may
+        only look at tokens [p - 1, p + w], p being the peak of step s-1's alignment (forced
+        monotonic: p never moves back), so the decode reads the text in order.
         """
         r, n = self.reduction_factor, self.n_mels
         tokens = tf.convert_to_tensor(tokens, tf.int32)
@@ -146,8 +154,15 @@ class XTTSModel(keras.Model):
         limit = tf.clip_by_value(limit, 1, max_steps)
         stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
         slots = tf.range(max_steps)
+        ahead = self.config.decode_attention_window
 
-        def record(step, frames, stop, align, frames_buf, align_buf, done, lengths):
+        def step_text_mask(peaks):
+            if ahead <= 0:
+                return text_mask
+            return text_mask & window_mask(peaks, 1, ahead, t_text)
+
+        def record(step, frames, stop, align, frames_buf, align_buf, done, lengths, by_stop,
+                   peaks):
             """Stores step `step` (frames [B, r*n], stop [B, r], align [B, T_text]) and applies
             the stopping rules."""
             here = tf.equal(slots, step)[None, :, None]
@@ -159,14 +174,16 @@ class XTTSModel(keras.Model):
             ended = stopped | (step + 1 >= limit)
             finishing = ended & ~done
             new_lengths = tf.where(stopped, step * r + first + 1, (step + 1) * r)
+            peaks = tf.maximum(peaks, tf.argmax(align, axis=-1, output_type=tf.int32))
             return (frames_buf, align_buf, done | ended,
-                    tf.where(finishing, new_lengths, lengths))
+                    tf.where(finishing, new_lengths, lengths), by_stop | (finishing & stopped),
+                    peaks)
 
         state = (tf.constant(0), tf.zeros([b, max_steps, r * n]),
                  tf.zeros([b, max_steps, t_text]), tf.zeros([b], tf.bool),
-                 tf.zeros([b], tf.int32))
+                 tf.zeros([b], tf.int32), tf.zeros([b], tf.bool), tf.zeros([b], tf.int32))
 
-        def cond(step, frames_buf, align_buf, done, lengths, *_):
+        def cond(step, frames_buf, align_buf, done, *_):
             return (step < max_steps) & ~tf.reduce_all(done)
 
         if use_cache:
@@ -180,38 +197,49 @@ class XTTSModel(keras.Model):
 
             keep_masks, encodings = self.decoder.position_tables(slots)
 
-            def body(step, frames_buf, align_buf, done, lengths, previous, caches):
+            def body(step, frames_buf, align_buf, done, lengths, by_stop, peaks, previous,
+                     caches):
                 # One step as [B, ...] rows (see MultiHeadAttention.step_query_heads).
                 x = self.decoder.embed_inputs(previous, ([tf.gather(m, step) for m in keep_masks],
                                                          tf.gather(encodings, step)))
+                masks = [None, step_text_mask(peaks)]
                 new_caches = []
                 for block, (ck, cv), kv in zip(blocks, caches, memory_kv):
-                    x, ck, cv, weights = block.step(x, ck, cv, step, kv, [None, text_mask])
+                    x, ck, cv, weights = block.step(x, ck, cv, step, kv, masks)
                     new_caches.append((ck, cv))
                 frames, stop = self.decoder.heads(self.decoder.transformer.final_norm(x))
                 align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
-                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
+                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
+                             by_stop, peaks)
                 return (step + 1, *out, frames, tuple(new_caches))
 
             loop_vars = (*state, tf.zeros([b, r * n]), caches)
-            final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps)
         else:
-            def body(step, frames_buf, align_buf, done, lengths, inputs):
-                frames, stop, weights = self.decoder(inputs, latents, text, text_mask)
+            def body(step, frames_buf, align_buf, done, lengths, by_stop, peaks, inputs,
+                     windows):
+                windows = tf.concat([windows, step_text_mask(peaks)[:, :, 0]], axis=1)
+                frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
                 frames, stop = frames[:, -1], stop[:, -1]
-                align = tf.reduce_mean(weights, axis=1)[:, -1]
-                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths)
-                return (step + 1, *out, tf.concat([inputs, frames[:, None]], axis=1))
+                align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
+                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
+                             by_stop, peaks)
+                return (step + 1, *out, tf.concat([inputs, frames[:, None]], axis=1), windows)
 
-            loop_vars = (*state, tf.zeros([b, 1, r * n]))
-            # The growing input has an unknown length, so everything derived from it has an
-            # unknown batch dimension too.
-            invariants = tuple(tf.TensorShape([None, *v.shape[1:]]) if v.shape.rank else
-                               tf.TensorShape([]) for v in state)
-            final = tf.while_loop(cond, body, loop_vars, maximum_iterations=max_steps,
-                                  shape_invariants=(*invariants,
-                                                    tf.TensorShape([None, None, r * n])))
-        _, frames_buf, align_buf, _, lengths = final[:5]
+            # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
+            # sees the window it was decoded with.
+            loop_vars = (*state, tf.zeros([b, 1, r * n]), tf.zeros([b, 0, t_text], tf.bool))
+        # The batch dimension is left open: a retraced function (other text lengths) may see it
+        # unknown in the body while the initial zeros know it, which tf.while_loop rejects; the
+        # full-recompute path's inputs and windows also grow by one step per iteration.
+        invariants = tf.nest.map_structure(
+            lambda v: tf.TensorShape([None, *v.shape[1:]]) if v.shape.rank else v.shape,
+            loop_vars)
+        if not use_cache:
+            invariants = (*invariants[:-2], tf.TensorShape([None, None, r * n]),
+                          tf.TensorShape([None, None, None]))
+        final = tf.while_loop(cond, body, loop_vars, shape_invariants=invariants,
+                              maximum_iterations=max_steps)
+        _, frames_buf, align_buf, _, lengths, by_stop = final[:6]
         mel_before = tf.reshape(frames_buf, [b, max_steps * r, n])
         mel = self.postnet(mel_before, length_mask(lengths, max_steps * r))
-        return {"mel": mel, "mel_lengths": lengths, "alignments": align_buf}
+        return {"mel": mel, "mel_lengths": lengths, "alignments": align_buf, "stopped": by_stop}

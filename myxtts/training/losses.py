@@ -5,15 +5,19 @@
         "mel"                      mel loss before the postnet (training.mel_loss: l1 | l2 | l1+l2)
         "postnet"                  the same loss after the postnet
         "stop"                     stop-token BCE, positives weighted by training.stop_pos_weight
-        "guided_attention"         guided-attention loss (diagonal prior), unweighted
+        "guided_attention"         guided-attention loss (diagonal prior) over every head of
+                                   every decoder block's text attention, unweighted
         "guided_attention_weight"  its weight at `step` (linear decay to 0)
-        "total"                    mel_loss_weight * mel + postnet_loss_weight * postnet
-                                   + stop_loss_weight * stop
-                                   + guided_attention_weight * guided_attention
+        "objective"                mel_loss_weight * mel + postnet_loss_weight * postnet
+                                   + stop_loss_weight * stop: what validation ranks checkpoints
+                                   and early-stops on (it does not depend on the step)
+        "total"                    objective + guided_attention_weight * guided_attention: the
+                                   loss that is differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
-Stop targets are per frame: frame mel_lengths-1 is positive, the earlier valid frames negative,
-padding ignored.
+Stop targets are per frame: the last valid frame (mel_lengths-1) and the padding after it are
+positive, the earlier frames negative; a bucket's padding is "after the end", so every item
+whose length is below its bucket's gives the stop head several positives to learn from.
 """
 
 from __future__ import annotations
@@ -43,34 +47,38 @@ def mel_loss(prediction: tf.Tensor, target: tf.Tensor, frame_mask: tf.Tensor,
     return terms[kind]()
 
 
-def stop_loss(stop_logits: tf.Tensor, mel_lengths: tf.Tensor, frame_mask: tf.Tensor,
-              pos_weight: float) -> tf.Tensor:
-    """Per-frame BCE; the last valid frame is the positive, weighted by pos_weight."""
+def stop_loss(stop_logits: tf.Tensor, mel_lengths: tf.Tensor, pos_weight: float) -> tf.Tensor:
+    """Per-frame BCE over every frame of the batch: frames >= mel_lengths-1 are positive
+    (weighted by pos_weight), earlier ones negative."""
     num_frames = tf.shape(stop_logits)[1]
-    labels = tf.cast(tf.equal(tf.range(num_frames)[None, :], mel_lengths[:, None] - 1),
-                     tf.float32)
+    labels = tf.cast(tf.range(num_frames)[None, :] >= mel_lengths[:, None] - 1, tf.float32)
     bce = tf.nn.weighted_cross_entropy_with_logits(labels, tf.cast(stop_logits, tf.float32),
                                                    pos_weight)
-    return _masked_mean(bce, frame_mask)
+    return tf.reduce_mean(bce)
 
 
-def guided_attention_loss(alignments: tf.Tensor, token_lengths: tf.Tensor,
+def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
                           mel_lengths: tf.Tensor, reduction_factor: int,
                           sigma: float) -> tf.Tensor:
-    """Mean of A[b, s, n] * (1 - exp(-(n/N_b - s/S_b)^2 / (2 sigma^2))) over valid (s, n):
-    attention far from the diagonal of each item's own text/decoder-step lengths is penalised.
+    """attention [B, K, S, T] (K heads, any number) or [B, S, T]. For every valid decoder step
+    s of item b, the attention weight that lies off its diagonal,
+    sum_n A[b, k, s, n] * (1 - exp(-(n/N_b - s/S_b)^2 / (2 sigma^2))), averaged over heads and
+    valid steps: 0 when every head reads the text along the diagonal, near 1 when all weight is
+    far from it. (Summing over tokens keeps the term's size independent of the text length.)
     """
-    alignments = tf.cast(alignments, tf.float32)
-    steps, text = tf.shape(alignments)[1], tf.shape(alignments)[2]
+    attention = tf.cast(attention, tf.float32)
+    if attention.shape.rank == 3:
+        attention = attention[:, None]
+    steps, text = tf.shape(attention)[2], tf.shape(attention)[3]
     step_lengths = (mel_lengths + reduction_factor - 1) // reduction_factor
     s = tf.cast(tf.range(steps), tf.float32)[None, :, None] / tf.cast(
         step_lengths, tf.float32)[:, None, None]
     n = tf.cast(tf.range(text), tf.float32)[None, None, :] / tf.cast(
         token_lengths, tf.float32)[:, None, None]
     penalty = 1.0 - tf.exp(-tf.square(n - s) / (2.0 * sigma ** 2))
-    mask = (tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, :, None]
-            * tf.cast(tf.sequence_mask(token_lengths, text), tf.float32)[:, None, :])
-    return _masked_mean(alignments * penalty, mask)
+    off_diagonal = tf.reduce_sum(attention * penalty[:, None], axis=-1)  # [B, K, S]
+    valid = tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, None, :]
+    return _masked_mean(off_diagonal, valid)
 
 
 def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
@@ -95,14 +103,15 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
     losses = {
         "mel": mel_loss(outputs["mel_before"], target, frames, c.mel_loss),
         "postnet": mel_loss(outputs["mel_after"], target, frames, c.mel_loss),
-        "stop": stop_loss(outputs["stop_logits"], mel_lengths, frames, c.stop_pos_weight),
-        "guided_attention": guided_attention_loss(outputs["alignments"], token_lengths,
+        "stop": stop_loss(outputs["stop_logits"], mel_lengths, c.stop_pos_weight),
+        "guided_attention": guided_attention_loss(outputs["text_attention"], token_lengths,
                                                   mel_lengths, reduction_factor,
                                                   c.guided_attention_sigma),
         "guided_attention_weight": guided_attention_weight(c, step),
     }
-    losses["total"] = (c.mel_loss_weight * losses["mel"]
-                       + c.postnet_loss_weight * losses["postnet"]
-                       + c.stop_loss_weight * losses["stop"]
+    losses["objective"] = (c.mel_loss_weight * losses["mel"]
+                           + c.postnet_loss_weight * losses["postnet"]
+                           + c.stop_loss_weight * losses["stop"])
+    losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"])
     return losses

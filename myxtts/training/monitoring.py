@@ -98,9 +98,18 @@ class TrainingMonitor:
                 tf.summary.audio(name, np.asarray(wave, np.float32)[None, :, None],
                                  self.sample_rate)
         self.val_writer.flush()
-        self._write(f"validation at step {step}: loss {scalars['loss/total']:.4f}, "
-                    f"mel {scalars.get('loss/mel', float('nan')):.4f}"
-                    + (" (best so far)" if improved else ""))
+        text = (f"validation at step {step}: objective {scalars['loss/objective']:.4f}, "
+                f"mel {scalars.get('loss/mel', float('nan')):.4f}")
+        if "teacher_forced/focus" in scalars:
+            text += (f"; attention focus/coverage teacher-forced "
+                     f"{scalars['teacher_forced/focus']:.2f}/"
+                     f"{scalars['teacher_forced/coverage']:.2f}")
+        if "free_running/focus" in scalars:
+            text += (f", free-running {scalars['free_running/focus']:.2f}/"
+                     f"{scalars['free_running/coverage']:.2f} (ended by stop "
+                     f"{scalars['free_running/ended_by_stop']:.0%}, length ratio "
+                     f"{scalars['free_running/length_ratio']:.2f})")
+        self._write(text + (" (best so far)" if improved else ""))
 
     def _write(self, text: str) -> None:
         if self.bar.disable:

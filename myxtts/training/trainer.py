@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import time
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 import keras
 import numpy as np
@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
+from myxtts.evaluation.metrics import alignment_measures
 from myxtts.inference.griffin_lim import GriffinLim
 from myxtts.model_info import update_model_info
 from myxtts.models.xtts import XTTSModel
@@ -40,7 +41,8 @@ from myxtts.training.step import TrainStep
 logger = logging.getLogger("myxtts.training")
 
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
-LOSS_NAMES = ("total", "mel", "postnet", "stop", "guided_attention", "guided_attention_weight")
+LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
+              "guided_attention_weight")
 
 Batch = Dict[str, tf.Tensor]
 
@@ -72,6 +74,13 @@ def _timed(batches: Iterable[Batch]):
         if batch is None:
             return
         yield batch, time.monotonic() - started
+
+
+def _mean_measures(prefix: str, measures: List[Dict[str, float]]) -> Dict[str, float]:
+    """{"<prefix>/focus": mean focus, ...} over items."""
+    if not measures:
+        return {}
+    return {f"{prefix}/{k}": float(np.mean([m[k] for m in measures])) for k in measures[0]}
 
 
 def _default_device() -> str:
@@ -323,7 +332,7 @@ class XTTSTrainer:
     # -- validation ----------------------------------------------------------------------------
     def _val_batch(self, batch: Batch):
         """Teacher-forced validation losses of one batch (compiled, on the model device);
-        returns the first item's postnet mel and alignment."""
+        returns the first item's postnet mel and every item's alignment."""
         with tf.device(self.model_device):
             return self._val_compiled(batch)
 
@@ -336,7 +345,7 @@ class XTTSTrainer:
             weight = tf.cast(tf.shape(batch["mel"])[0], tf.float32)
             for name, metric in self.val_metrics.items():
                 metric.update_state(losses[name], sample_weight=weight)
-            return outputs["mel_after"][0], outputs["alignments"][0]
+            return outputs["mel_after"][0], outputs["alignments"]
 
     def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
         """Teacher-forced losses over the validation batches and one free-running decode;
@@ -345,16 +354,26 @@ class XTTSTrainer:
         for metric in self.val_metrics.values():
             metric.reset_state()
         first = None
+        teacher_forced = []
         with pipeline.val_batches(self.model_device) as feeder:
             for batch in feeder:
-                mel_after, alignment = self._val_batch(batch)
+                mel_after, alignments = self._val_batch(batch)
+                teacher_forced += self._alignment_measures(batch, alignments.numpy(),
+                                                           batch["mel_lengths"].numpy())
                 if first is None:
-                    first = (batch, mel_after, alignment)
+                    first = (batch, mel_after, alignments[0])
         if first is None:
             logger.warning("The validation set gave no batches; validation skipped.")
             return False
         scalars = {f"loss/{k}": float(m.result()) for k, m in self.val_metrics.items()}
-        val_loss = scalars["loss/total"]
+        generated = self._free_running(first[0])
+        scalars.update(_mean_measures("teacher_forced", teacher_forced))
+        scalars.update(_mean_measures("free_running", generated["measures"]))
+        scalars["free_running/ended_by_stop"] = generated["ended_by_stop"]
+        scalars["free_running/length_ratio"] = generated["length_ratio"]
+        # The step-independent objective (no guided-attention term, whose weight decays with
+        # the step) ranks checkpoints and drives early stopping.
+        val_loss = scalars["loss/objective"]
         step = self.global_step
         improved = val_loss < float(self.best_val_loss.numpy())
         if improved:
@@ -365,7 +384,7 @@ class XTTSTrainer:
         else:
             self.bad_validations.assign_add(1)
         if monitor is not None:
-            images, audio = self._examples(*first)
+            images, audio = self._examples(*first, generated)
             monitor.log_validation(step, scalars, images, audio, improved)
         update_model_info(self.directory, steps_trained=step,
                           best_val_loss=self._best_or_none(), best_step=int(self.best_step.numpy()),
@@ -379,24 +398,45 @@ class XTTSTrainer:
             return True
         return False
 
-    def _examples(self, batch: Batch, mel_after, alignment):
+    def _alignment_measures(self, batch: Batch, alignments: np.ndarray,
+                            mel_lengths: np.ndarray) -> List[Dict[str, float]]:
+        """Focus, monotonicity and coverage of each item's alignment [steps, tokens] over its
+        valid decoder steps (from `mel_lengths`) and tokens."""
+        r = self.config.model.reduction_factor
+        tokens = batch["token_lengths"].numpy()
+        return [alignment_measures(alignments[i, : max(1, -(-int(n) // r)), : int(t)])
+                for i, (n, t) in enumerate(zip(mel_lengths, tokens))]
+
+    def _free_running(self, batch: Batch, items: int = 4) -> Dict:
+        """Free-running decodes of the batch's first `items` items with references from the
+        batch: alignment measures, the share ended by the stop head (not the length cap) and
+        the mean generated/target length ratio."""
+        k = min(items, int(batch["tokens"].shape[0]))
+        with tf.device(self.model_device):
+            latents = self.model.speaker_latents(batch["ref_mel"][:k], batch["ref_lengths"][:k])
+            out = self.model.generate(batch["tokens"][:k], batch["token_lengths"][:k],
+                                      batch["language_ids"][:k], latents)
+        lengths = np.maximum(out["mel_lengths"].numpy(), 1)
+        target = batch["mel_lengths"][:k].numpy()
+        return {"out": out,
+                "measures": self._alignment_measures(batch, out["alignments"].numpy(), lengths),
+                "ended_by_stop": float(np.mean(out["stopped"].numpy())),
+                "length_ratio": float(np.mean(lengths / np.maximum(target, 1)))}
+
+    def _examples(self, batch: Batch, mel_after, alignment, generated):
         """Images and Griffin-Lim audio of the first validation item, teacher-forced and
         free-running."""
         n = int(batch["mel_lengths"][0])
         t = int(batch["token_lengths"][0])
         r = self.config.model.reduction_factor
-        with tf.device(self.model_device):
-            latents = self.model.speaker_latents(batch["ref_mel"][:1], batch["ref_lengths"][:1])
-            generated = self.model.generate(batch["tokens"][:1], batch["token_lengths"][:1],
-                                            batch["language_ids"][:1], latents)
-        g = int(generated["mel_lengths"][0])
+        out = generated["out"]
+        g = max(int(out["mel_lengths"][0]), 1)
         target = batch["mel"][0, :n].numpy()
-        free_mel = generated["mel"][0, :max(g, 1)].numpy()
+        free_mel = out["mel"][0, :g].numpy()
         images = {"mel/target": target.T, "mel/teacher_forced": mel_after[:n].numpy().T,
                   "mel/free_running": free_mel.T,
                   "alignment/teacher_forced": alignment[: -(-n // r), :t].numpy().T,
-                  "alignment/free_running":
-                      generated["alignments"][0, : -(-max(g, 1) // r), :t].numpy().T}
+                  "alignment/free_running": out["alignments"][0, : -(-g // r), :t].numpy().T}
         if self._griffin_lim is None:
             self._griffin_lim = GriffinLim.from_config(self.config.data)
         audio = {"audio/target_griffin_lim": self._griffin_lim(target).numpy(),
