@@ -25,7 +25,8 @@ def _batch_and_outputs(dtype=tf.float32):
     batch = {"mel": tf.constant(mel), "mel_lengths": tf.constant([6, 4]),
              "token_lengths": tf.constant([4, 2])}
     outputs = {"mel_before": tf.constant(before, dtype), "mel_after": tf.constant(after, dtype),
-               "stop_logits": tf.constant(stop, dtype), "alignments": tf.constant(align, dtype)}
+               "stop_logits": tf.constant(stop, dtype), "alignments": tf.constant(align, dtype),
+               "text_attention": tf.constant(align[:, None], dtype)}
     return outputs, batch
 
 
@@ -38,13 +39,15 @@ class LossTest(unittest.TestCase):
             self.assertAlmostEqual(float(losses["mel"]), mel, places=5, msg=kind)
             self.assertAlmostEqual(float(losses["postnet"]), post, places=5, msg=kind)
 
-    def test_stop_loss_weights_the_last_valid_frame(self):
+    def test_stop_targets_are_the_last_valid_frame_and_the_padding_after_it(self):
         outputs, batch = _batch_and_outputs()
         losses = {w: float(compute_losses(outputs, batch, TrainingConfig(stop_pos_weight=w),
                                           0, R)["stop"]) for w in (1.0, 5.0)}
         softplus = lambda x: float(np.log1p(np.exp(x)))
-        # 10 valid frames; the 2 last ones are positives with logit -3, the rest negatives.
-        expected = lambda w: (8 * softplus(-3.0) + 2 * w * softplus(3.0)) / 10
+        # 12 frames: each item's last valid frame is a positive with logit -3; item 1's two
+        # padding frames are positives with logit 50 (nearly free); 8 negatives at -3.
+        expected = lambda w: (8 * softplus(-3.0) + 2 * w * softplus(3.0)
+                              + 2 * w * softplus(-50.0)) / 12
         self.assertAlmostEqual(losses[1.0], expected(1.0), places=5)
         self.assertAlmostEqual(losses[5.0], expected(5.0), places=5)
 
@@ -54,10 +57,11 @@ class LossTest(unittest.TestCase):
         anti = diagonal[:, ::-1].copy()
         lengths = (tf.constant([8]), tf.constant([8 * R]))
         loss = lambda a: float(guided_attention_loss(tf.constant(a), *lengths, R, 0.2))
-        # A mean over all (step, token) cells: one full row of weight far off the diagonal
-        # costs up to 1 / text_length.
+        # Per decoder step, the share of attention weight off the diagonal (0..1).
         self.assertLess(loss(diagonal), 1e-6)
-        self.assertGreater(loss(anti), 0.5 / text)
+        self.assertGreater(loss(anti), 0.5)
+        heads = np.concatenate([diagonal[:, None], anti[:, None]], axis=1)  # [1, 2, S, T]
+        self.assertAlmostEqual(loss(heads), (loss(diagonal) + loss(anti)) / 2, places=5)
         # Item with 4 tokens and 4 steps: garbage in padded steps/tokens changes nothing.
         short = np.zeros((1, steps, text), np.float32)
         short[0, :4, :4] = np.eye(4)
@@ -83,8 +87,9 @@ class LossTest(unittest.TestCase):
         for key, value in losses.items():
             self.assertEqual(value.dtype, tf.float32, key)
             self.assertEqual(value.shape, (), key)
-        expected = (2.0 * losses["mel"] + 3.0 * losses["postnet"] + 0.5 * losses["stop"]
-                    + 0.5 * losses["guided_attention"])
+        objective = 2.0 * losses["mel"] + 3.0 * losses["postnet"] + 0.5 * losses["stop"]
+        self.assertAlmostEqual(float(losses["objective"]), float(objective), places=5)
+        expected = objective + 0.5 * losses["guided_attention"]
         self.assertAlmostEqual(float(losses["total"]), float(expected), places=5)
 
 

@@ -16,6 +16,7 @@ import pytest
 import soundfile as sf
 
 from myxtts.inference.checkpoint_loading import CheckpointMismatchError, load_checkpoint
+from myxtts.inference.synthesizer import Synthesizer
 from myxtts.synthesize import guarded_main
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
                                      REPO, make_checkpoint)
@@ -91,7 +92,9 @@ class SynthesizeCliTest(unittest.TestCase):
     def test_text_file_writes_one_wav_per_line_into_a_folder(self):
         lines = os.path.join(self.tmp, "lines.txt")
         with open(lines, "w", encoding="utf-8") as f:
-            f.write("Hallo Welt.\n\n\u00dcber die Stra\u00dfe!\n")
+            # Texts whose token counts pad to different lengths: one process decodes both.
+            f.write("Hallo Welt.\n\n\u00dcber die Stra\u00dfe gehen die Kinder heute fr\u00fch "
+                    "zur Schule und singen.\n")
         output = os.path.join(self.tmp, "many")
         code, stderr = self._in_process("--text-file", lines, "--language", "de",
                                         "--output", output)
@@ -99,6 +102,16 @@ class SynthesizeCliTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(output)), ["001.wav", "002.wav"])
         for name in ("001.wav", "002.wav"):
             self._assert_playable(os.path.join(output, name))
+
+    def test_texts_of_different_lengths_in_one_process(self):
+        synth = Synthesizer.from_checkpoint_dir(self.checkpoint_dir,
+                                                max_decoder_steps=MAX_DECODER_STEPS)
+        latents = synth.speaker_latents(REFERENCE_AUDIO)
+        for text in ("Hi.", "In the beginning God created the heaven and the earth, and the "
+                            "earth was without form.", "Go on."):
+            waveform, mel = synth.synthesize(text, "en", latents)
+            self.assertGreater(len(waveform), 0)
+            self.assertEqual(mel.shape[1], N_MELS)
 
     def test_missing_checkpoint_exits_2_without_traceback(self):
         missing = os.path.join(self.tmp, "nowhere")

@@ -76,6 +76,7 @@ def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
     n = tf.cast(tf.range(text), tf.float32)[None, None, :] / tf.cast(
         token_lengths, tf.float32)[:, None, None]
     penalty = 1.0 - tf.exp(-tf.square(n - s) / (2.0 * sigma ** 2))
+    penalty *= tf.cast(tf.sequence_mask(token_lengths, text), tf.float32)[:, None, :]
     off_diagonal = tf.reduce_sum(attention * penalty[:, None], axis=-1)  # [B, K, S]
     valid = tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, None, :]
     return _masked_mean(off_diagonal, valid)

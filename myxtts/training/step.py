@@ -65,6 +65,19 @@ class TrainStep:
         with tf.device(self.model_device):
             return self._compiled(batch)
 
+    def resume_state(self) -> Dict[str, tf.Module]:
+        """What a checkpoint needs beyond the model and optimizer for a resumed run to be the
+        run that would have happened: the micro-step counter, the gradient accumulators (an
+        epoch can end mid-accumulation) and the dropout seed generator's state."""
+        state = tf.Module()
+        state.micro_step = self.micro_step
+        state.nonfinite_consecutive = self.nonfinite_consecutive
+        state.accumulators = list(self.accumulators)
+        seed_generator = getattr(self.model, "seed_generator", None)
+        if seed_generator is not None:
+            state.dropout_seed = seed_generator.state.value
+        return {"step_state": state}
+
     def reset_metrics(self) -> None:
         for metric in [self.grad_norm, *self.loss_metrics.values()]:
             metric.reset_state()

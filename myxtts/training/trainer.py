@@ -141,6 +141,7 @@ class XTTSTrainer:
             "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "nonfinite_total": self.step.nonfinite_total, "best_val_loss": self.best_val_loss,
             "best_step": self.best_step, "bad_validations": self.bad_validations,
+            **self.step.resume_state(),
         }, keep=tc.keep_checkpoints)
         self._restore(resume_checkpoint, reset_training)
         self.checkpoints.write_sidecars(config, tokenizer)
