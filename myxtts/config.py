@@ -81,6 +81,9 @@ class ModelConfig:
     d_model: int = _f(256, "Hidden width of all transformer blocks.")
     num_heads: int = _f(4, "Attention heads in every attention layer.")
     ff_multiplier: int = _f(4, "Feed-forward width = ff_multiplier * d_model.")
+    text_conv_layers: int = _f(3, "Residual convolution blocks at the start of the text "
+                                  "encoder (the text's only notion of order).")
+    text_conv_kernel: int = _f(5, "Kernel size of those convolutions, in tokens.")
     text_encoder_layers: int = _f(4, "Transformer blocks in the text encoder.")
     decoder_layers: int = _f(4, "Blocks in the autoregressive mel decoder.")
     conditioning_layers: int = _f(2, "Transformer blocks in the reference-mel encoder.")
@@ -93,7 +96,8 @@ class ModelConfig:
     postnet_channels: int = _f(256, "Channels of the postnet convolutions.")
     postnet_kernel: int = _f(5, "Kernel size of the postnet convolutions.")
     dropout: float = _f(0.1, "Dropout in transformer blocks.")
-    max_text_positions: int = _f(512, "Longest token sequence the positional encoding covers.")
+    max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
+                                       "are refused with a hint to split them).")
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
     max_frames_per_token: float = _f(12.0, "Decode length limit per input token.")
     stop_threshold: float = _f(0.5, "Stop-token probability that ends decoding.")

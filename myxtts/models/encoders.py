@@ -6,8 +6,8 @@ import keras
 import tensorflow as tf
 
 from myxtts.config import ModelConfig
-from myxtts.models.layers import (TransformerStack, fold_seed, key_padding_mask,
-                                  sinusoidal_encoding, stateless_dropout)
+from myxtts.models.layers import (TransformerStack, fold_seed, indexed, key_padding_mask,
+                                  length_mask, sinusoidal_encoding, stateless_dropout)
 
 
 def _stack(config: ModelConfig, num_layers: int, num_memories: int, name: str):
@@ -17,8 +17,37 @@ def _stack(config: ModelConfig, num_layers: int, num_memories: int, name: str):
                             gradient_checkpointing=config.gradient_checkpointing, name=name)
 
 
+class ConvBlock(keras.layers.Layer):
+    """Pre-LN residual 1-D convolution: x + Dropout(ReLU(Conv(LN(x)))); padded positions are
+    zeroed before the convolution so they never leak into valid ones."""
+
+    def __init__(self, d_model: int, kernel: int, dropout: float, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model, self.dropout = d_model, dropout
+        self.norm = keras.layers.LayerNormalization(epsilon=1e-5, name="norm")
+        self.conv = keras.layers.Conv1D(d_model, kernel, padding="same", activation="relu",
+                                        name="conv")
+
+    def build(self, input_shape=None):
+        self.norm.build((None, None, self.d_model))
+        self.conv.build((None, None, self.d_model))
+        self.built = True
+
+    def call(self, x, keep, seed=None):
+        """x [B, T, d]; keep [B, T, 1] 1.0 at valid positions."""
+        h = self.conv(self.norm(x) * tf.cast(keep, x.dtype))
+        return x + stateless_dropout(h, self.dropout, seed)
+
+
 class TextEncoder(keras.layers.Layer):
-    """Token + language embeddings + learned positions → pre-LN transformer → [B, T_text, d]."""
+    """Token + language embeddings → residual conv blocks → pre-LN transformer → [B, T_text, d].
+
+    No absolute position is added to the text: with one, the decoder's text attention can
+    satisfy the guided-attention prior by position alone (step s → token s·N/S, whatever the
+    tokens say) and never learns to read; measured in docs/results.md. The convolutions give
+    each token its neighbours (local order), so the decoder can only find "the next token" by
+    what it has already said, which is reading.
+    """
 
     def __init__(self, config: ModelConfig, vocab_size: int, num_languages: int, **kwargs):
         super().__init__(**kwargs)
@@ -27,22 +56,26 @@ class TextEncoder(keras.layers.Layer):
         self.token_embedding = keras.layers.Embedding(vocab_size, d, name="token_embedding")
         self.language_embedding = keras.layers.Embedding(num_languages, d,
                                                          name="language_embedding")
-        self.position_embedding = keras.layers.Embedding(config.max_text_positions, d,
-                                                         name="position_embedding")
+        self.convs = indexed(self, "conv", [
+            ConvBlock(d, config.text_conv_kernel, config.dropout, name=f"conv_{i}")
+            for i in range(config.text_conv_layers)])
         self.transformer = _stack(config, config.text_encoder_layers, 0, "transformer")
 
     def build(self, input_shape=None):
-        for layer in (self.token_embedding, self.language_embedding, self.position_embedding):
+        for layer in (self.token_embedding, self.language_embedding):
             layer.build((None,))
+        for conv in self.convs:
+            conv.build(None)
         self.transformer.build(None)
         self.built = True
 
     def call(self, tokens, token_lengths, language_ids, seed=None, training=False):
         t = tf.shape(tokens)[1]
-        x = (self.token_embedding(tokens)
-             + self.language_embedding(language_ids)[:, None, :]
-             + self.position_embedding(tf.range(t))[None])
+        x = self.token_embedding(tokens) + self.language_embedding(language_ids)[:, None, :]
         x = stateless_dropout(x, self.dropout, fold_seed(seed, 0))
+        keep = length_mask(token_lengths, t)[..., None]
+        for i, conv in enumerate(self.convs):
+            x = conv(x, keep, seed=fold_seed(seed, 10 + i))
         x, _ = self.transformer(x, key_padding_mask(token_lengths, t), seed=fold_seed(seed, 1),
                                 training=training)
         return x
