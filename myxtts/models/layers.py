@@ -67,21 +67,61 @@ def sinusoidal_encoding(positions: tf.Tensor, dim: int) -> tf.Tensor:
 
 
 # ---- attention -----------------------------------------------------------------------------
-def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
-           mask: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
-    """Scaled dot-product attention, the single implementation used by the whole model.
+def attention_weights(q: tf.Tensor, k: tf.Tensor, mask: Optional[tf.Tensor]) -> tf.Tensor:
+    """Softmax weights [B, H, Tq, Tk] (float32) of scaled dot-product attention.
 
-    q: [B, H, Tq, Dh]; k, v: [B, H, Tk, Dh] (compute dtype); mask: bool broadcastable to
+    q: [B, H, Tq, Dh]; k: [B, H, Tk, Dh] (compute dtype); mask: bool broadcastable to
     [B, H, Tq, Tk], True = may attend, or None (attend everywhere).
-    Returns (output [B, H, Tq, Dh] in v's dtype, weights [B, H, Tq, Tk] float32).
     """
     scale = tf.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
     logits = tf.cast(tf.matmul(q * scale, k, transpose_b=True), tf.float32)
     if mask is not None:
         logits = tf.where(mask, logits, tf.constant(_MASKED_LOGIT, tf.float32))
-    weights = tf.nn.softmax(logits, axis=-1)
-    out = tf.matmul(tf.cast(weights, v.dtype), v)
-    return out, weights
+    return tf.nn.softmax(logits, axis=-1)
+
+
+def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
+           mask: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Scaled dot-product attention, the single implementation used by the whole model.
+    Returns (output [B, H, Tq, Dh] in v's dtype, weights [B, H, Tq, Tk] float32); arguments as
+    in `attention_weights`."""
+    weights = attention_weights(q, k, mask)
+    return tf.matmul(tf.cast(weights, v.dtype), v), weights
+
+
+# ---- forward attention (monotonic reading) -------------------------------------------------
+# Forward attention (Zhang et al., 2018): the weights of decoder step s are the content weights
+# y_s times a prior that only lets the attention of step s-1 stay or move forward by up to
+# FORWARD_JUMP tokens, renormalised. The text is read in order by construction; the content
+# weights decide when to move on.
+FORWARD_JUMP = 2
+
+
+def forward_initial_state(batch, heads: int, keys) -> tf.Tensor:
+    """All attention on the first token: [B, H, T_keys] float32."""
+    first = tf.one_hot(0, keys, dtype=tf.float32)
+    return tf.tile(first[None, None], [batch, heads, 1])
+
+
+def forward_step(previous: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+    """previous [B, H, T] (step s-1's forward weights), weights [B, H, T] (step s's content
+    softmax) → step s's forward weights [B, H, T] float32."""
+    t = tf.shape(previous)[-1]
+    prior = previous
+    for jump in range(1, FORWARD_JUMP + 1):
+        prior += tf.pad(previous, [[0, 0], [0, 0], [jump, 0]])[..., :t]
+    # The tiny floor keeps a row finite when the content weights vanish on every allowed token.
+    joint = prior * (weights + 1e-9)
+    return joint / tf.reduce_sum(joint, axis=-1, keepdims=True)
+
+
+def forward_weights(weights: tf.Tensor) -> tf.Tensor:
+    """Content softmax weights of all steps [B, H, S, T] → forward weights [B, H, S, T]: a scan
+    over the S steps (elementwise work only; the expensive attention stays parallel)."""
+    shape = tf.shape(weights)
+    initial = forward_initial_state(shape[0], weights.shape[1], shape[3])
+    steps = tf.scan(forward_step, tf.transpose(weights, [2, 0, 1, 3]), initializer=initial)
+    return tf.transpose(steps, [1, 2, 0, 3])
 
 
 def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor]) -> tf.Tensor:
@@ -167,11 +207,15 @@ class MultiHeadAttention(keras.layers.Layer):
         """[B, H, 1, Dh] → [B, d]."""
         return self.wo(tf.reshape(heads, [-1, self.d_model]))
 
-    def call(self, x, memory, mask=None):
-        """Returns (output [B, Tq, d_model], weights [B, H, Tq, Tk] float32)."""
+    def call(self, x, memory, mask=None, forward=False):
+        """Returns (output [B, Tq, d_model], weights [B, H, Tq, Tk] float32). forward=True:
+        forward attention over the Tq queries in order (see `forward_weights`)."""
         k, v = self.key_value_heads(memory)
-        out, weights = attend(self.query_heads(x), k, v, mask)
-        return self.combine(out), weights
+        if not forward:
+            out, weights = attend(self.query_heads(x), k, v, mask)
+            return self.combine(out), weights
+        weights = forward_weights(attention_weights(self.query_heads(x), k, mask))
+        return self.combine(tf.matmul(tf.cast(weights, v.dtype), v)), weights
 
 
 class FeedForward(keras.layers.Layer):
@@ -202,9 +246,11 @@ class TransformerBlock(keras.layers.Layer):
     """
 
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float,
-                 num_memories: int = 0, gradient_checkpointing: bool = False, **kwargs):
+                 num_memories: int = 0, gradient_checkpointing: bool = False,
+                 forward_memory: int = -1, **kwargs):
         super().__init__(**kwargs)
         self.d_model = d_model
+        self.forward_memory = forward_memory  # memory read with forward attention (-1: none)
         self.dropout = dropout
         self.gradient_checkpointing = gradient_checkpointing
         self.self_norm = _layer_norm("self_attention_norm")
@@ -233,7 +279,8 @@ class TransformerBlock(keras.layers.Layer):
         x = self._residual(x, h, fold_seed(seed, 0))
         weights = []
         for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
-            h, w = attention(norm(x), memories[i], memory_masks[i])
+            h, w = attention(norm(x), memories[i], memory_masks[i],
+                             forward=i == self.forward_memory)
             x = self._residual(x, h, fold_seed(seed, 1 + i))
             weights.append(w)
         h = self.feed_forward(self.ff_norm(x), fold_seed(seed, 10))
@@ -255,13 +302,14 @@ class TransformerBlock(keras.layers.Layer):
         return out, list(weights[:n])
 
     # ---- incremental decoding -------------------------------------------------------------
-    def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks):
+    def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks, forward_state=None):
         """One decode position with a preallocated self-attention cache (inference only).
 
         x: [B, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
-        memory_kv: [(k, v)] per memory, already projected. Returns (x, cache_k, cache_v,
-        [cross weights [B, H, 1, Tk]]). The cache is written with a one-hot select (static
-        shapes, XLA-friendly).
+        memory_kv: [(k, v)] per memory, already projected; forward_state: the forward-attention
+        weights of the previous position [B, H, Tk] (when the block has a forward memory).
+        Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). The
+        cache is written with a one-hot select (static shapes, XLA-friendly).
         """
         h = self.self_norm(x)
         q = self.self_attention.step_query_heads(h)
@@ -276,11 +324,18 @@ class TransformerBlock(keras.layers.Layer):
         weights = []
         for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
             mk, mv = memory_kv[i]
-            out, w = attend(attention.step_query_heads(norm(x)), mk, mv, memory_masks[i])
+            q = attention.step_query_heads(norm(x))
+            if i == self.forward_memory:
+                forward_state = forward_step(forward_state,
+                                             attention_weights(q, mk, memory_masks[i])[:, :, 0])
+                w = forward_state[:, :, None]
+                out = tf.matmul(tf.cast(w, mv.dtype), mv)
+            else:
+                out, w = attend(q, mk, mv, memory_masks[i])
             x = x + attention.step_combine(out)
             weights.append(w)
         x = x + self.feed_forward(self.ff_norm(x))
-        return x, cache_k, cache_v, weights
+        return x, cache_k, cache_v, weights, forward_state
 
 
 class TransformerStack(keras.layers.Layer):
@@ -288,12 +343,12 @@ class TransformerStack(keras.layers.Layer):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, ff_dim: int,
                  dropout: float, num_memories: int = 0, gradient_checkpointing: bool = False,
-                 **kwargs):
+                 forward_memory: int = -1, **kwargs):
         super().__init__(**kwargs)
         self.d_model = d_model
         self.blocks = indexed(self, "block", [
             TransformerBlock(d_model, num_heads, ff_dim, dropout, num_memories,
-                             gradient_checkpointing, name=f"block_{i}")
+                             gradient_checkpointing, forward_memory, name=f"block_{i}")
             for i in range(num_layers)])
         self.final_norm = _layer_norm("final_norm")
 

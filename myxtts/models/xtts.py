@@ -42,7 +42,8 @@ import tensorflow as tf
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.layers import fold_seed, key_padding_mask, length_mask, window_mask
+from myxtts.models.layers import (fold_seed, forward_initial_state, key_padding_mask,
+                                  length_mask, window_mask)
 
 
 class _FunctionCache:
@@ -193,7 +194,8 @@ class XTTSModel(keras.Model):
                          for block in blocks]
             heads = blocks[0].self_attention
             cache = tf.zeros([b, heads.num_heads, max_steps, heads.head_dim], self.compute_dtype)
-            caches = tuple((cache, cache) for _ in blocks)
+            forward = forward_initial_state(b, heads.num_heads, t_text)
+            caches = tuple((cache, cache, forward) for _ in blocks)
 
             keep_masks, encodings = self.decoder.position_tables(slots)
 
@@ -204,9 +206,9 @@ class XTTSModel(keras.Model):
                                                          tf.gather(encodings, step)))
                 masks = [None, step_text_mask(peaks)]
                 new_caches = []
-                for block, (ck, cv), kv in zip(blocks, caches, memory_kv):
-                    x, ck, cv, weights = block.step(x, ck, cv, step, kv, masks)
-                    new_caches.append((ck, cv))
+                for block, (ck, cv, fw), kv in zip(blocks, caches, memory_kv):
+                    x, ck, cv, weights, fw = block.step(x, ck, cv, step, kv, masks, fw)
+                    new_caches.append((ck, cv, fw))
                 frames, stop = self.decoder.heads(self.decoder.transformer.final_norm(x))
                 align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
                 out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
