@@ -9,8 +9,9 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
-from myxtts.models.layers import (MultiHeadAttention, TransformerBlock, attend, causal_mask,
-                                  key_padding_mask)
+from myxtts.models.layers import (FORWARD_JUMP, MultiHeadAttention, TransformerBlock, attend,
+                                  causal_mask, forward_initial_state, forward_step,
+                                  forward_weights, key_padding_mask)
 
 
 def _reference_attention(q, k, v, valid):
@@ -97,6 +98,32 @@ class LayerPaddingTest(unittest.TestCase):
         y2, _ = block(x2, causal_mask(6))
         np.testing.assert_allclose(y2[:, :3].numpy(), y[:, :3].numpy(), atol=1e-5)
         self.assertGreater(float(tf.reduce_max(tf.abs(y2[:, 3:] - y[:, 3:]))), 1e-2)
+
+
+class ForwardAttentionTest(unittest.TestCase):
+    def test_reading_moves_forward_at_most_jump_tokens_per_step(self):
+        rng = np.random.default_rng(0)
+        logits = rng.normal(0.0, 3.0, (2, 3, 12, 20)).astype(np.float32)
+        weights = forward_weights(tf.nn.softmax(logits, axis=-1)).numpy()
+        np.testing.assert_allclose(weights.sum(-1), 1.0, atol=1e-5)
+        for s in range(12):
+            # step s can reach token (s + 1) * FORWARD_JUMP at most, never further
+            self.assertEqual(float(weights[:, :, s, (s + 1) * FORWARD_JUMP + 1:].sum()), 0.0)
+        # where the mass starts each step is never before where it started the step before
+        first = (weights > 0).argmax(-1)
+        self.assertTrue(np.all(np.diff(first, axis=-1) >= 0))
+
+    def test_masked_keys_get_no_weight_and_steps_equal_the_scan(self):
+        rng = np.random.default_rng(1)
+        logits = rng.normal(0.0, 1.0, (1, 2, 6, 8)).astype(np.float32)
+        logits[..., 5:] = -1e9  # padding keys
+        content = tf.nn.softmax(logits, axis=-1)
+        weights = forward_weights(content).numpy()
+        self.assertEqual(float(weights[..., 5:].max()), 0.0)
+        state = forward_initial_state(1, 2, 8)
+        for s in range(6):
+            state = forward_step(state, content[:, :, s])
+            np.testing.assert_allclose(state.numpy(), weights[:, :, s], atol=1e-6)
 
 
 if __name__ == "__main__":

@@ -110,9 +110,13 @@ def forward_step(previous: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
     prior = previous
     for jump in range(1, FORWARD_JUMP + 1):
         prior += tf.pad(previous, [[0, 0], [0, 0], [jump, 0]])[..., :t]
-    # The tiny floor keeps a row finite when the content weights vanish on every allowed token.
-    joint = prior * (weights + 1e-9)
-    return joint / tf.reduce_sum(joint, axis=-1, keepdims=True)
+    # Masked keys have weight exactly 0 and stay at 0; the tiny floor on the others keeps the
+    # row alive when the content weights underflow on every allowed token, and a row with no
+    # allowed token left keeps the prior.
+    joint = prior * tf.where(weights > 0, tf.maximum(weights, 1e-9), 0.0)
+    total = tf.reduce_sum(joint, axis=-1, keepdims=True)
+    fallback = prior / tf.reduce_sum(prior, axis=-1, keepdims=True)
+    return tf.where(total > 0, joint / tf.where(total > 0, total, 1.0), fallback)
 
 
 def forward_weights(weights: tf.Tensor) -> tf.Tensor:
