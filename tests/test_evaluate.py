@@ -3,6 +3,7 @@ reference is another utterance of the same speaker (never the sentence itself), 
 errors are one paragraph with exit status 2, found before TensorFlow is imported."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -11,12 +12,17 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
+import librosa
 import pytest
 
 from myxtts.data.metadata import SPLIT_FILE, read_metadata, split_rows
-from myxtts.evaluate import guarded_main
+from myxtts.evaluate import find_sentences, guarded_main
+from myxtts.evaluation.metrics import word_error_rate
+from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
+from tests.data_samples import speech
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
                                      make_checkpoint, tiny_inference_config)
 
@@ -95,21 +101,6 @@ class EvaluateCliTest(unittest.TestCase):
         for utterance in report["utterances"]:
             self.assertIn(utterance["id"], stdout)
 
-    def test_another_data_folder_is_held_out_whole(self):
-        code, stdout, stderr = run_quietly([
-            "--checkpoint-dir", self.checkpoint_dir, "--data", self._copy_of_sample(),
-            "--num", "2", "--seed", "3", "--recognizer", "none",
-            "--max-decoder-steps", str(MAX_DECODER_STEPS),
-            "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
-        self.assertEqual(code, 0, stderr)
-        self.assertIn("not this run's training data", stdout)
-
-    def _copy_of_sample(self):
-        copy = os.path.join(self.tmp, "other_corpus")
-        if not os.path.isdir(copy):
-            shutil.copytree(SAMPLE_DIR, copy, ignore=shutil.ignore_patterns(".myxtts_cache"))
-        return copy
-
     def test_user_errors_are_one_paragraph_with_status_2(self):
         empty = os.path.join(self.tmp, "empty_data")
         os.makedirs(os.path.join(empty, "wavs"), exist_ok=True)
@@ -135,9 +126,70 @@ class EvaluateCliTest(unittest.TestCase):
                 self.assertEqual(stderr.strip().count("\n"), 0, stderr)
 
 
+class SentenceChoiceTest(unittest.TestCase):
+    """Which rows are held out; nothing is written into the checkpoint directory."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="myxtts-evaluate-rows-")
+        self.run_dir = os.path.join(self.tmp, "run")
+        os.makedirs(self.run_dir)
+        self.config = tiny_inference_config(self.run_dir)
+        self.rows, _ = read_metadata(os.path.join(SAMPLE_DIR, "metadata.csv"), "sample", "en")
+        self.info = {"dataset": {"train_metadata": os.path.join(SAMPLE_DIR, "metadata.csv")}}
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_the_training_data_gives_the_saved_validation_split(self):
+        _, val = split_rows(self.rows, 0.2, 7, os.path.join(self.run_dir, SPLIT_FILE))
+        sentences = find_sentences(self.config, self.run_dir, None, self.info)
+        self.assertEqual([r.id for r in sentences.held_out], [r.id for r in val])
+        self.assertEqual(len(sentences.held_out) + len(sentences.others), len(self.rows))
+        self.assertEqual(os.path.realpath(sentences.data_dir), os.path.realpath(SAMPLE_DIR))
+
+    def test_without_a_saved_split_the_seeded_split_is_recomputed_and_not_saved(self):
+        d = self.config.data
+        _, val = split_rows(self.rows, d.val_fraction, d.seed, None)
+        sentences = find_sentences(self.config, self.run_dir, SAMPLE_DIR, {})
+        self.assertEqual([r.id for r in sentences.held_out], [r.id for r in val])
+        self.assertEqual(os.listdir(self.run_dir), [])
+
+    def test_another_data_folder_is_held_out_whole(self):
+        other = os.path.join(self.tmp, "other_corpus")
+        shutil.copytree(SAMPLE_DIR, other, ignore=shutil.ignore_patterns(".myxtts_cache"))
+        sentences = find_sentences(self.config, self.run_dir, other, self.info)
+        self.assertEqual(len(sentences.held_out), len(self.rows))
+        self.assertEqual(sentences.others, [])
+        self.assertIn("not this run's training data", sentences.source)
+
+
+class RecognizerTest(unittest.TestCase):
+    def test_no_wer_without_the_package_for_other_languages_or_when_not_asked(self):
+        with mock.patch.dict(sys.modules, {"pocketsphinx": None}):  # as if not installed
+            recognizer, why = load_recognizer("auto", ["en"])
+            self.assertIsNone(recognizer)
+            self.assertIn("pocketsphinx is not installed", why)
+            with self.assertRaisesRegex(RecognizerUnavailableError, "not installed"):
+                load_recognizer("pocketsphinx", ["en"])
+        recognizer, why = load_recognizer("auto", ["en", "de"])
+        self.assertIsNone(recognizer)
+        self.assertIn("only has an English model", why)
+        self.assertIn("de", why)
+        self.assertEqual(load_recognizer("none", ["en"]), (None, "not asked for (--recognizer none)"))
+
+    @pytest.mark.slow
+    @unittest.skipUnless(importlib.util.find_spec("pocketsphinx"), "pocketsphinx not installed")
+    def test_pocketsphinx_hears_a_real_recording_resampled_to_16k(self):
+        recognizer, why = load_recognizer("auto", ["en"])
+        self.assertIsNotNone(recognizer, why)
+        text = "In the beginning God created the heaven and the earth."
+        at_22k = librosa.resample(speech("S001"), orig_sr=16000, target_sr=22050)
+        self.assertLess(word_error_rate(text, recognizer.transcribe(at_22k, 22050)), 0.5)
+
+
 class EvaluateArgumentsTest(unittest.TestCase):
     def test_arguments_are_checked_before_tensorflow_is_imported(self):
-        script = ("import sys; from myxtts.evaluate import guarded_main; "
+        script = ("import sys; from myxtts.evaluate import find_sentences, guarded_main; "
                   "code = guarded_main(['--checkpoint-dir', '/nonexistent/run', '--num', '2']); "
                   "print(code, 'tensorflow' in sys.modules)")
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
