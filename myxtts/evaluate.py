@@ -25,7 +25,7 @@ import os
 import re
 import sys
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from myxtts.data.metadata import DatasetError, Row
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation import metrics
 from myxtts.model_info import read_model_info
+
+if TYPE_CHECKING:  # both import TensorFlow, which waits until the arguments are checked
+    from myxtts.data.validation import Item
+    from myxtts.inference.synthesizer import Synthesizer
 
 logger = logging.getLogger("myxtts")
 
@@ -155,9 +159,9 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
 
 @dataclasses.dataclass(frozen=True)
 class Pick:
-    item: object  # myxtts.data.validation.Item
+    item: "Item"
     text: str  # the metadata text (what the recogniser should hear)
-    reference: object  # another Item of the same speaker
+    reference: "Item"  # another utterance of the same speaker
 
 
 def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int,
@@ -226,14 +230,17 @@ def _wer_fields(recognizer, text: str, audio: Dict[str, np.ndarray], rate: int) 
 WER_KINDS = ("synth", "gt_griffin_lim", "recording")
 
 
-def evaluate(synth, picks: Sequence[Pick], recognizer) -> List[dict]:
+def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer) -> List[dict]:
     """Synthesises every pick free-running and measures it; returns one dict per utterance."""
     # pylint: disable=import-outside-toplevel
     from myxtts.data.cache import load_samples
+    from myxtts.inference.synthesizer import TOKEN_PADDING
     d = synth.config.data
-    # One padded token length for every sentence: one compiled decode for all of them.
+    # One padded token length for every sentence: one compiled decode serves them all (and
+    # decoding texts of several padded lengths in one process trips a tf.while_loop shape
+    # check in XTTSModel.decode).
     padded = max(len(p.item.tokens) for p in picks)
-    padded = -(-padded // 16) * 16
+    padded = -(-padded // TOKEN_PADDING) * TOKEN_PADDING
     rows, synth_cepstra, gt_cepstra = [], [], []
     for number, pick in enumerate(picks, start=1):
         started = time.monotonic()

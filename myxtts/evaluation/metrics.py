@@ -7,6 +7,13 @@ the valid decoder steps; columns: the item's real tokens; each row sums to ~1):
     attention_monotonicity(alignment)  share of step-to-step moves of the peak that do not go
                                        backwards by more than one token
     attention_coverage(alignment)      share of tokens that are the peak at some step
+
+Mel-cepstral distortion between log10 mels [frames, n_mels] (synthesised vs recorded):
+
+    dtw_mcd(mel_a, mel_b)              dB, mean along the dynamic-time-warping path
+    text_match(distances [N, N])       is each synthesised sentence nearest its own recording
+
+Word error rate on words lower-cased without punctuation: word_errors, word_error_rate.
 """
 
 from __future__ import annotations
