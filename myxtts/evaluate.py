@@ -180,6 +180,11 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
     if skipped:
         logger.info("%d held-out row(s) left out by the dataset checks (as in training).",
                     skipped)
+    if not items["held_out"]:
+        raise DatasetError(
+            f"No usable held-out sentence in {sentences.source} ({len(sentences.held_out)} "
+            f"row(s) before the dataset checks). Pass --data with a dataset folder the run did "
+            f"not train on.")
     by_speaker = collections.defaultdict(list)
     for item in items["held_out"] + items["others"]:
         by_speaker[item.speaker].append(item)

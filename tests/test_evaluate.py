@@ -17,14 +17,15 @@ from unittest import mock
 import librosa
 import pytest
 
-from myxtts.data.metadata import SPLIT_FILE, read_metadata, split_rows
-from myxtts.evaluate import find_sentences, guarded_main
+from myxtts.data.metadata import SPLIT_FILE, DatasetError, read_metadata, split_rows
+from myxtts.evaluate import find_sentences, guarded_main, pick_sentences
 from myxtts.evaluation.metrics import word_error_rate
 from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
-from tests.data_samples import speech
+from tests.data_samples import copy_sample_rows, speech, write_metadata
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
-                                     make_checkpoint, tiny_inference_config)
+                                     make_checkpoint, sample_tokenizer,
+                                     tiny_inference_config)
 
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
              "mcd_others", "text_match", "text_match_chance", "wer_synth",
@@ -162,6 +163,23 @@ class SentenceChoiceTest(unittest.TestCase):
         self.assertEqual(sentences.others, [])
         self.assertIn("not this run's training data", sentences.source)
 
+    def test_references_are_other_utterances_of_the_same_speaker(self):
+        other = os.path.join(self.tmp, "three")
+        write_metadata(other, copy_sample_rows(other, 3))  # S001 anna, S002 ben, S003 anna
+        sentences = find_sentences(self.config, self.run_dir, other, self.info)
+        tokenizer = sample_tokenizer(self.config.data.text_cleaners)
+        picks, lonely = pick_sentences(sentences, self.config, tokenizer, num=5, seed=0)
+        self.assertEqual(lonely, ["S002"])
+        self.assertEqual(sorted((p.item.id, p.reference.id) for p in picks),
+                         [("S001", "S003"), ("S003", "S001")])
+
+    def test_no_held_out_sentence_is_a_clear_error(self):
+        config = self.config.override({"data.val_fraction": 0.0}, source="test")
+        sentences = find_sentences(config, self.run_dir, None, self.info)
+        self.assertEqual(sentences.held_out, [])
+        with self.assertRaisesRegex(DatasetError, "No usable held-out sentence"):
+            pick_sentences(sentences, config, sample_tokenizer(config.data.text_cleaners), 3, 0)
+
 
 class RecognizerTest(unittest.TestCase):
     def test_no_wer_without_the_package_for_other_languages_or_when_not_asked(self):
@@ -189,7 +207,7 @@ class RecognizerTest(unittest.TestCase):
 
 class EvaluateArgumentsTest(unittest.TestCase):
     def test_arguments_are_checked_before_tensorflow_is_imported(self):
-        script = ("import sys; from myxtts.evaluate import find_sentences, guarded_main; "
+        script = ("import sys; from myxtts.evaluate import find_sentences, guarded_main, pick_sentences; "
                   "code = guarded_main(['--checkpoint-dir', '/nonexistent/run', '--num', '2']); "
                   "print(code, 'tensorflow' in sys.modules)")
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
