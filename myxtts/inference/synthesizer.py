@@ -3,6 +3,8 @@
     synth = Synthesizer.from_checkpoint_dir("runs/tiny")            # latest ckpt-N
     latents = synth.speaker_latents("reference.flac")                # any soundfile format
     wav, mel = synth.synthesize("Hello there.", "en", latents)       # float32 [S], [T, n_mels]
+    result = synth.synthesize_detailed(synth.encode("Hello.", "en"), synth.language_id("en"),
+                                       latents)  # + .alignment, .ended_by_stop (Synthesis)
 
 Decoding is the model's XLA-compiled autoregressive loop (XTTSModel.generate(jit_compile=True));
 token sequences are padded to a multiple of TOKEN_PADDING so texts of similar length share one
@@ -13,6 +15,7 @@ dropout is off and the prenet's inference dropout uses fixed position-keyed mask
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import List, Optional, Tuple
 
@@ -41,6 +44,18 @@ class UnknownCharactersError(MyXTTSError, ValueError):
 
 class ReferenceAudioError(MyXTTSError, ValueError):
     """A speaker reference that cannot be read or holds no audio."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Synthesis:
+    """One free-running synthesis (Synthesizer.synthesize_detailed)."""
+
+    waveform: np.ndarray  # float32 [S] at data.sample_rate (Griffin-Lim)
+    mel: np.ndarray  # log10 mel float32 [T, n_mels]
+    alignment: np.ndarray  # text attention float32 [ceil(T / r) decoder steps, tokens]
+    ended_by_stop: bool  # the stop head ended it before the cap (a stop on the cap's very
+                         # last frame is indistinguishable from the cap and counts as False)
+    max_frames: int  # that cap for this text, in mel frames
 
 
 class Synthesizer:
@@ -143,13 +158,35 @@ class Synthesizer:
 
     def synthesize_tokens(self, ids: List[int], language_id: int,
                           latents) -> Tuple[np.ndarray, np.ndarray]:
-        padded = -(-len(ids) // TOKEN_PADDING) * TOKEN_PADDING
+        result = self.synthesize_detailed(ids, language_id, latents)
+        return result.waveform, result.mel
+
+    def synthesize_detailed(self, ids: List[int], language_id: int, latents,
+                            padded_length: Optional[int] = None) -> Synthesis:
+        """Waveform, mel, text alignment and how decoding ended, for one token sequence.
+        `padded_length` (>= len(ids)): pad the tokens to exactly this many instead of the next
+        multiple of TOKEN_PADDING (the result does not depend on it)."""
+        padded = padded_length or -(-len(ids) // TOKEN_PADDING) * TOKEN_PADDING
+        if padded < len(ids):
+            raise ValueError(f"padded_length {padded} < {len(ids)} tokens")
         tokens = np.zeros([1, padded], np.int32)
         tokens[0, : len(ids)] = ids
         out = self.model.generate(tf.constant(tokens), tf.constant([len(ids)], tf.int32),
                                   tf.constant([language_id], tf.int32), latents,
                                   max_steps=self.max_decoder_steps, jit_compile=True)
+        frames = int(out["mel_lengths"][0])
         mel = trim_to_longest(out["mel"], out["mel_lengths"])
         waveform, waveform_lengths = self.vocoder(mel, out["mel_lengths"])
-        return (waveform[0, : int(waveform_lengths[0])].numpy(),
-                mel[0, : int(out["mel_lengths"][0])].numpy())
+        r = self.config.model.reduction_factor
+        max_frames = self.max_frames(len(ids))
+        return Synthesis(waveform[0, : int(waveform_lengths[0])].numpy(), mel[0, :frames].numpy(),
+                         out["alignments"][0, : -(-frames // r), : len(ids)].numpy(),
+                         ended_by_stop=frames < max_frames, max_frames=max_frames)
+
+    def max_frames(self, num_tokens: int) -> int:
+        """The length cap of a decode (XTTSModel.decode): ceil(tokens * max_frames_per_token
+        / r) steps, at most max_decoder_steps, times r frames."""
+        r = self.config.model.reduction_factor
+        steps = np.ceil(np.float32(num_tokens) * np.float32(self.config.model.max_frames_per_token)
+                        / np.float32(r))
+        return int(np.clip(steps, 1, self.max_decoder_steps)) * r
