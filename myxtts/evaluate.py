@@ -17,7 +17,6 @@ TensorFlow is imported only after the arguments are checked.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import logging
@@ -171,43 +170,35 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
     other usable utterance)."""
     # pylint: disable=import-outside-toplevel
     from myxtts.data.prepare import default_cache_dir
-    from myxtts.data.validation import validate
+    from myxtts.data.validation import reference_pools, validate
     d = config.data
-    _, items, _ = validate({"held_out": sentences.held_out, "others": sentences.others}, {}, d,
-                           os.path.join(default_cache_dir(d, sentences.data_dir),
-                                        "validation_cache.json"), tokenizer)
-    skipped = len(sentences.held_out) - len(items["held_out"])
+    # The other rows play the training split's part: references come from them and from the
+    # other held-out rows of the speaker (validation.reference_pools), as in training.
+    report, items, _ = validate({"train": sentences.others, "held_out": sentences.held_out}, {},
+                                d, os.path.join(default_cache_dir(d, sentences.data_dir),
+                                                "validation_cache.json"), tokenizer)
+    lonely = [row.id for row in sentences.held_out
+              if any(p.code == "no_reference" and p.split == "held_out"
+                     and p.where.endswith(f"(id {row.id})") for p in report.problems)]
+    skipped = len(sentences.held_out) - len(items["held_out"]) - len(lonely)
     if skipped:
         logger.info("%d held-out row(s) left out by the dataset checks (as in training).",
                     skipped)
-    if not items["held_out"]:
-        raise DatasetError(
-            f"No usable held-out sentence in {sentences.source} ({len(sentences.held_out)} "
-            f"row(s) before the dataset checks). Pass --data with a dataset folder the run did "
-            f"not train on.")
-    by_speaker = collections.defaultdict(list)
-    for item in items["held_out"] + items["others"]:
-        by_speaker[item.speaker].append(item)
-
-    def references(item):
-        own = os.path.realpath(item.audio_path)
-        return [o for o in by_speaker[item.speaker]
-                if o.id != item.id and os.path.realpath(o.audio_path) != own]
-
-    usable = [it for it in items["held_out"] if references(it)]
-    lonely = [it.id for it in items["held_out"] if not references(it)]
+    usable = items["held_out"]
     if not usable:
         raise DatasetError(
-            f"None of the {len(items['held_out'])} usable held-out sentences ({sentences.source})"
-            f" has another utterance of its speaker to use as the reference. Pass --data with "
-            f"a folder holding at least two recordings per speaker.")
+            f"No usable held-out sentence in {sentences.source} ({len(sentences.held_out)} "
+            f"row(s) before the dataset checks, {len(lonely)} of them without another "
+            f"utterance of their speaker to use as the reference). Pass --data with a dataset "
+            f"folder the run did not train on, holding at least two recordings per speaker.")
+    pools = reference_pools(items)["held_out"]
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(usable), size=min(num, len(usable)), replace=False))
     texts = {r.id: r.text for r in sentences.held_out}
     picks = []
     for index in chosen:
         item = usable[int(index)]
-        candidates = references(item)
+        candidates = pools[int(index)]
         picks.append(Pick(item, texts[item.id], candidates[int(rng.integers(len(candidates)))]))
     return picks, lonely
 

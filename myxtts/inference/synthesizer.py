@@ -53,8 +53,7 @@ class Synthesis:
     waveform: np.ndarray  # float32 [S] at data.sample_rate (Griffin-Lim)
     mel: np.ndarray  # log10 mel float32 [T, n_mels]
     alignment: np.ndarray  # text attention float32 [ceil(T / r) decoder steps, tokens]
-    ended_by_stop: bool  # the stop head ended it before the cap (a stop on the cap's very
-                         # last frame is indistinguishable from the cap and counts as False)
+    ended_by_stop: bool  # the stop head ended it (False: the length cap did)
     max_frames: int  # that cap for this text, in mel frames
 
 
@@ -181,7 +180,7 @@ class Synthesizer:
         max_frames = self.max_frames(len(ids))
         return Synthesis(waveform[0, : int(waveform_lengths[0])].numpy(), mel[0, :frames].numpy(),
                          out["alignments"][0, : -(-frames // r), : len(ids)].numpy(),
-                         ended_by_stop=frames < max_frames, max_frames=max_frames)
+                         ended_by_stop=bool(out["stopped"][0]), max_frames=max_frames)
 
     def max_frames(self, num_tokens: int) -> int:
         """The length cap of a decode (XTTSModel.decode): ceil(tokens * max_frames_per_token

@@ -67,8 +67,8 @@ def sinusoidal_encoding(positions: tf.Tensor, dim: int) -> tf.Tensor:
 
 
 # ---- attention -----------------------------------------------------------------------------
-def attention_weights(q: tf.Tensor, k: tf.Tensor, mask: Optional[tf.Tensor]) -> tf.Tensor:
-    """Softmax weights [B, H, Tq, Tk] (float32) of scaled dot-product attention.
+def attention_logits(q: tf.Tensor, k: tf.Tensor, mask: Optional[tf.Tensor]) -> tf.Tensor:
+    """Masked logits [B, H, Tq, Tk] (float32) of scaled dot-product attention.
 
     q: [B, H, Tq, Dh]; k: [B, H, Tk, Dh] (compute dtype); mask: bool broadcastable to
     [B, H, Tq, Tk], True = may attend, or None (attend everywhere).
@@ -77,15 +77,15 @@ def attention_weights(q: tf.Tensor, k: tf.Tensor, mask: Optional[tf.Tensor]) -> 
     logits = tf.cast(tf.matmul(q * scale, k, transpose_b=True), tf.float32)
     if mask is not None:
         logits = tf.where(mask, logits, tf.constant(_MASKED_LOGIT, tf.float32))
-    return tf.nn.softmax(logits, axis=-1)
+    return logits
 
 
 def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
            mask: Optional[tf.Tensor]) -> Tuple[tf.Tensor, tf.Tensor]:
     """Scaled dot-product attention, the single implementation used by the whole model.
     Returns (output [B, H, Tq, Dh] in v's dtype, weights [B, H, Tq, Tk] float32); arguments as
-    in `attention_weights`."""
-    weights = attention_weights(q, k, mask)
+    in `attention_logits`."""
+    weights = tf.nn.softmax(attention_logits(q, k, mask), axis=-1)
     return tf.matmul(tf.cast(weights, v.dtype), v), weights
 
 
@@ -93,39 +93,37 @@ def attend(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
 # Forward attention (Zhang et al., 2018): the weights of decoder step s are the content weights
 # y_s times a prior that only lets the attention of step s-1 stay or move forward by up to
 # FORWARD_JUMP tokens, renormalised. The text is read in order by construction; the content
-# weights decide when to move on.
+# weights decide when to move on. Computed in log space (log-sum-exp of the shifted previous
+# weights + log-softmax of the logits, renormalised): no division by a sum that can underflow,
+# so gradients through the recursion stay finite.
 FORWARD_JUMP = 2
+_IMPOSSIBLE = -1e4  # log weight of a token the reading cannot be at (exp() is exactly 0)
 
 
 def forward_initial_state(batch, heads: int, keys) -> tf.Tensor:
-    """All attention on the first token: [B, H, T_keys] float32."""
-    first = tf.one_hot(0, keys, dtype=tf.float32)
+    """Log weights [B, H, T_keys] float32 of "all attention on the first token"."""
+    first = tf.one_hot(0, keys, on_value=0.0, off_value=_IMPOSSIBLE, dtype=tf.float32)
     return tf.tile(first[None, None], [batch, heads, 1])
 
 
-def forward_step(previous: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
-    """previous [B, H, T] (step s-1's forward weights), weights [B, H, T] (step s's content
-    softmax) → step s's forward weights [B, H, T] float32."""
+def forward_step(previous: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
+    """previous [B, H, T]: step s-1's forward log weights; logits [B, H, T]: step s's masked
+    attention logits → step s's forward log weights [B, H, T] (exp() sums to 1)."""
     t = tf.shape(previous)[-1]
-    prior = previous
-    for jump in range(1, FORWARD_JUMP + 1):
-        prior += tf.pad(previous, [[0, 0], [0, 0], [jump, 0]])[..., :t]
-    # Masked keys have weight exactly 0 and stay at 0; the tiny floor on the others keeps the
-    # row alive when the content weights underflow on every allowed token, and a row with no
-    # allowed token left keeps the prior.
-    joint = prior * tf.where(weights > 0, tf.maximum(weights, 1e-9), 0.0)
-    total = tf.reduce_sum(joint, axis=-1, keepdims=True)
-    fallback = prior / tf.reduce_sum(prior, axis=-1, keepdims=True)
-    return tf.where(total > 0, joint / tf.where(total > 0, total, 1.0), fallback)
+    moves = [previous] + [
+        tf.pad(previous, [[0, 0], [0, 0], [jump, 0]], constant_values=_IMPOSSIBLE)[..., :t]
+        for jump in range(1, FORWARD_JUMP + 1)]
+    joint = tf.reduce_logsumexp(tf.stack(moves), axis=0) + tf.nn.log_softmax(logits, axis=-1)
+    return tf.maximum(tf.nn.log_softmax(joint, axis=-1), _IMPOSSIBLE)
 
 
-def forward_weights(weights: tf.Tensor) -> tf.Tensor:
-    """Content softmax weights of all steps [B, H, S, T] → forward weights [B, H, S, T]: a scan
+def forward_weights(logits: tf.Tensor) -> tf.Tensor:
+    """Masked logits of all steps [B, H, S, T] → forward attention weights [B, H, S, T]: a scan
     over the S steps (elementwise work only; the expensive attention stays parallel)."""
-    shape = tf.shape(weights)
-    initial = forward_initial_state(shape[0], weights.shape[1], shape[3])
-    steps = tf.scan(forward_step, tf.transpose(weights, [2, 0, 1, 3]), initializer=initial)
-    return tf.transpose(steps, [1, 2, 0, 3])
+    shape = tf.shape(logits)
+    initial = forward_initial_state(shape[0], logits.shape[1], shape[3])
+    steps = tf.scan(forward_step, tf.transpose(logits, [2, 0, 1, 3]), initializer=initial)
+    return tf.exp(tf.transpose(steps, [1, 2, 0, 3]))
 
 
 def stateless_dropout(x: tf.Tensor, rate: float, seed: Optional[tf.Tensor]) -> tf.Tensor:
@@ -218,7 +216,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if not forward:
             out, weights = attend(self.query_heads(x), k, v, mask)
             return self.combine(out), weights
-        weights = forward_weights(attention_weights(self.query_heads(x), k, mask))
+        weights = forward_weights(attention_logits(self.query_heads(x), k, mask))
         return self.combine(tf.matmul(tf.cast(weights, v.dtype), v)), weights
 
 
@@ -311,7 +309,7 @@ class TransformerBlock(keras.layers.Layer):
 
         x: [B, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
         memory_kv: [(k, v)] per memory, already projected; forward_state: the forward-attention
-        weights of the previous position [B, H, Tk] (when the block has a forward memory).
+        log weights of the previous position [B, H, Tk] (when the block has a forward memory).
         Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). The
         cache is written with a one-hot select (static shapes, XLA-friendly).
         """
@@ -331,8 +329,8 @@ class TransformerBlock(keras.layers.Layer):
             q = attention.step_query_heads(norm(x))
             if i == self.forward_memory:
                 forward_state = forward_step(forward_state,
-                                             attention_weights(q, mk, memory_masks[i])[:, :, 0])
-                w = forward_state[:, :, None]
+                                             attention_logits(q, mk, memory_masks[i])[:, :, 0])
+                w = tf.exp(forward_state)[:, :, None]
                 out = tf.matmul(tf.cast(w, mv.dtype), mv)
             else:
                 out, w = attend(q, mk, mv, memory_masks[i])
