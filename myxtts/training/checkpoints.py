@@ -73,7 +73,9 @@ def resolve_checkpoint_path(path: str) -> str:
 
 
 def _first_line(error: BaseException) -> str:
-    return (str(error).splitlines() or [type(error).__name__])[0][:300]
+    """The first line of an error's message, without TensorFlow's `{{function_node ...}}`."""
+    line = (str(error).splitlines() or [type(error).__name__])[0]
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)[:300]
 
 
 def _step_of(path: str) -> int:
@@ -205,7 +207,7 @@ class CheckpointStore:
                 f"Could not save checkpoint {path}: {_first_line(e)}. Its partial files were "
                 f"removed; the previous checkpoint ({previous or 'none yet'}) is intact, and "
                 f"running the same command again resumes from it. If the disk is full, free "
-                f"space first (a checkpoint takes {size / 1e6:.0f} MB here; training."
+                f"space first (a checkpoint takes {size / 1e6:.1f} MB here; training."
                 f"keep_checkpoints = {self._keep} are kept).") from None
         logger.info("Saved checkpoint %s (step %d, %.1f s)", path, step,
                     time.monotonic() - started)
