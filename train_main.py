@@ -11,15 +11,21 @@ TensorFlow at module level; myxtts.devices.configure() does, after setting visib
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
+from typing import Iterator
 
+import yaml
 from absl import app, flags
 
 from myxtts import devices
-from myxtts.cli import run_guarded, setup_logging
+from myxtts.cli import UsageError, quiet_tensorflow_start, run_guarded, setup_logging
 from myxtts.config import XTTSConfig
+from myxtts.data.metadata import check_separator, find_metadata
 from myxtts.errors import MyXTTSError
+from myxtts.model_info import read_model_info
 
 FLAGS = flags.FLAGS
 logger = logging.getLogger("myxtts")
@@ -41,6 +47,8 @@ flags.DEFINE_boolean("require-gpu", False, "Fail instead of falling back to two 
                      "devices when no GPU is found.")
 flags.DEFINE_boolean("device-check", False, "Configure devices, place a tensor on each, copy "
                      "data → model device, print the placements and exit.")
+flags.DEFINE_boolean("verbose", False, "Show TensorFlow's C++ start-up and log lines (oneDNN, "
+                     "CUDA probing, E0000 ...), hidden by default.")
 
 # ---- configuration ----------------------------------------------------------------------------
 flags.DEFINE_string("config", "configs/base.yaml", "YAML preset (configs/tiny.yaml, small.yaml, "
@@ -114,43 +122,81 @@ def load_config() -> XTTSConfig:
     """The YAML preset with flag overrides applied (the resolved config that gets saved)."""
     config = XTTSConfig.from_yaml(_config_path(FLAGS.config))
     return config.override({key: FLAGS[flag].value for flag, key in CONFIG_FLAGS.items()},
-                           source="command-line flags")
+                           source="command-line flags",
+                           names={key: f"--{flag}" for flag, key in CONFIG_FLAGS.items()})
+
+
+def check_inputs(config: XTTSConfig) -> None:
+    """Cheap checks, before TensorFlow is imported: there is something to do, the dataset
+    folders hold metadata, the --resume-from path exists, and what earlier runs left in
+    --checkpoint-dir can be read."""
+    if not FLAGS["train-data"].value:
+        if FLAGS["validate-only"].value:
+            raise UsageError("--validate-only needs --train-data DIR (a folder with metadata.csv "
+                             "and wavs/).")
+        raise UsageError("Nothing to do: pass --train-data DIR to train (see "
+                         "docs/training.md), --validate-only to check a dataset, or "
+                         "--device-check to check the devices.")
+    check_separator(find_metadata(FLAGS["train-data"].value, "train"))
+    if FLAGS["val-data"].value:
+        check_separator(find_metadata(FLAGS["val-data"].value, "val"))
+    resume_from = FLAGS["resume-from"].value
+    if resume_from and not (os.path.exists(resume_from) or os.path.exists(resume_from + ".index")):
+        raise UsageError(f"--resume-from {resume_from} does not exist. Pass a checkpoint prefix "
+                         f"such as DIR/ckpt-1000, or a checkpoint directory.")
+    _check_run_files(config.training.checkpoint_dir)
+
+
+def _check_run_files(work_dir: str) -> None:
+    """model_info.json and config.yaml from an earlier run in `work_dir` must parse: training
+    merges into the first and rewrites the second, and neither is overwritten unread."""
+    read_model_info(work_dir)
+    path = os.path.join(work_dir, "config.yaml")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            yaml.safe_load(f)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise MyXTTSError(
+            f"{path} is not valid YAML ({' '.join(str(e).split())[:200]}). It is the resolved "
+            f"configuration of the run in {work_dir}: train_main.py writes it at every start "
+            f"from --config and the flags (so editing it changes nothing), and synthesis and "
+            f"export read it. Undo the edit, or delete the file to have it written again; "
+            f"change settings in the --config file or with flags.") from None
 
 
 def main(argv) -> int:
     if len(argv) > 1:
         raise MyXTTSError(f"Unexpected argument(s) {' '.join(argv[1:])}: every option is a flag "
                           f"(--name value). See `python train_main.py --helpfull`.")
+    config = load_config()
+    if not FLAGS["device-check"].value:
+        check_inputs(config)
     plan = devices.plan_devices(
         FLAGS["data-gpu"].value, FLAGS["model-gpu"].value,
         split_gpu=FLAGS["split-gpu"].value, require_gpu=FLAGS["require-gpu"].value,
         data_memory_mb=FLAGS["data-gpu-memory"].value,
         model_memory_mb=FLAGS["model-gpu-memory"].value)
-    devices.configure(plan)
+    with quiet_tensorflow_start(FLAGS["verbose"].value):
+        devices.configure(plan)
     logger.info("%s", devices.startup_report(plan))
     if FLAGS["device-check"].value:
         for line in devices.self_check(plan):
             print(line)
         return 0
-    config = load_config()
     if FLAGS["validate-only"].value:
         return validate_only(config)
-    if not FLAGS["train-data"].value:
-        raise MyXTTSError("Nothing to do: pass --train-data DIR to train (see "
-                          "docs/training.md), --validate-only to check a dataset, or "
-                          "--device-check to check the devices.")
     return train(config, plan)
 
 
 def validate_only(config: XTTSConfig) -> int:
     """--validate-only: the dataset report and statistics, no training."""
     from myxtts.data.prepare import prepare_dataset  # pylint: disable=import-outside-toplevel
-    if not FLAGS["train-data"].value:
-        raise MyXTTSError("--validate-only needs --train-data DIR (a folder with metadata.csv "
-                          "and wavs/).")
     work_dir = config.training.checkpoint_dir
-    prepared = prepare_dataset(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
-                               work_dir=work_dir)
+    with _removed_if_not_started(work_dir):
+        prepared = prepare_dataset(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
+                                   work_dir=work_dir)
     print(prepared.report.table())
     print(f"\nvalidation rows: {prepared.val_source}")
     print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}")
@@ -165,18 +211,20 @@ def train(config: XTTSConfig, plan) -> int:
     from myxtts.data.pipeline import InputPipeline
     from myxtts.training.trainer import XTTSTrainer
     work_dir = config.training.checkpoint_dir
-    if FLAGS["resume-from"].value:
-        _adopt_vocabulary(FLAGS["resume-from"].value, work_dir)
-    pipeline = InputPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
-                             data_device=plan.data_device, work_dir=work_dir)
-    logger.info("Model will be placed on %s; batches are featurized on %s.", plan.model_device,
-                plan.data_device)
-    trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
-                          model_device=plan.model_device, tokenizer=pipeline.tokenizer,
-                          reset_training=FLAGS["reset-training"].value)
+    with _removed_if_not_started(work_dir):
+        if FLAGS["resume-from"].value:
+            _adopt_vocabulary(FLAGS["resume-from"].value, work_dir)
+        pipeline = InputPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
+                                 data_device=plan.data_device, work_dir=work_dir)
+        logger.info("Model will be placed on %s; batches are featurized on %s.",
+                    plan.model_device, plan.data_device)
+        trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
+                              model_device=plan.model_device, tokenizer=pipeline.tokenizer,
+                              reset_training=FLAGS["reset-training"].value)
     summary = trainer.fit(pipeline)
+    best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
     print(f"Trained to step {summary.step} ({summary.reason}); checkpoint {summary.checkpoint}; "
-          f"best validation loss {summary.best_val_loss}; TensorBoard: tensorboard --logdir "
+          f"best validation loss {best}; TensorBoard: tensorboard --logdir "
           f"{os.path.join(work_dir, 'tensorboard')}")
     if summary.reason.startswith("signal"):
         import signal  # pylint: disable=import-outside-toplevel
@@ -184,10 +232,23 @@ def train(config: XTTSConfig, plan) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _removed_if_not_started(work_dir: str) -> Iterator[None]:
+    """A --checkpoint-dir that this command created is removed again when the block fails (the
+    dataset did not validate, the model could not be built): no run directory for a run that
+    never started. An existing directory is left as it is."""
+    existed = os.path.exists(work_dir)
+    try:
+        yield
+    except BaseException:
+        if not existed and os.path.isdir(work_dir):
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+
+
 def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:
     """A model resumed from another directory must keep that run's token ids: copy its
     vocab.json into an empty --checkpoint-dir before the pipeline builds a vocabulary."""
-    import shutil  # pylint: disable=import-outside-toplevel
     target = os.path.join(work_dir, "vocab.json")
     if os.path.exists(target):
         return

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import sys
 import typing
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -215,8 +215,11 @@ class XTTSConfig:
             os.replace(tmp, path)
         return text
 
-    def override(self, values: Mapping[str, Any], source: str = "command line") -> "XTTSConfig":
-        """Sets dotted keys (e.g. {"data.batch_size": 8}); None values are ignored."""
+    def override(self, values: Mapping[str, Any], source: str = "command line",
+                 names: Optional[Mapping[str, str]] = None) -> "XTTSConfig":
+        """Sets dotted keys (e.g. {"data.batch_size": 8}); None values are ignored. `names`
+        (dotted key → e.g. "--batch-size") names where a value came from in error messages."""
+        given = {}
         for dotted, value in values.items():
             if value is None:
                 continue
@@ -225,15 +228,24 @@ class XTTSConfig:
             if section is None or not key:
                 raise ConfigError(f"{source}: unknown config key '{dotted}'.")
             _set_field(section, dotted, key, value, source)
-        self.validate(source)
+            if names and dotted in names:
+                given[dotted] = (names[dotted], value)
+        self.validate(source, given)
         return self
 
     # ---- validation ------------------------------------------------------------------------
-    def validate(self, source: str = "config") -> None:
+    def validate(self, source: str = "config",
+                 names: Optional[Mapping[str, Tuple[str, Any]]] = None) -> None:
+        """Raises ConfigError for the first invalid field; `names` (dotted key → (flag, value))
+        makes the message about the flag that set the field."""
         d, m, t = self.data, self.model, self.training
+        names = names or {}
 
         def need(cond: bool, key: str, msg: str):
             if not cond:
+                if key in names:
+                    flag, value = names[key]
+                    raise ConfigError(f"{flag} {msg.rstrip('.')} (got {value!r}; it sets {key}).")
                 raise ConfigError(f"{source}: {key} {msg}")
 
         for key in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "batch_size",

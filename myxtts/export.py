@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from myxtts.cli import run_guarded, setup_logging
+from myxtts.cli import quiet_tensorflow_start, require_path, run_guarded, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,13 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "model.max_decoder_steps).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations in the exported graph.")
+    p.add_argument("--verbose", action="store_true",
+                   help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
+                 "the directory train_main.py wrote (its --checkpoint-dir)")
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
-    from myxtts.inference.export import export_saved_model
+    with quiet_tensorflow_start(args.verbose):
+        from myxtts.inference.export import export_saved_model
     result = export_saved_model(args.checkpoint_dir, args.export_dir,
                                 checkpoint=args.checkpoint,
                                 max_decoder_steps=args.max_decoder_steps,

@@ -10,15 +10,35 @@ import json
 import os
 from typing import Any, Dict
 
+from myxtts.errors import MyXTTSError
+
 FILENAME = "model_info.json"
 
 
+class ModelInfoError(MyXTTSError, ValueError):
+    """model_info.json cannot be read or written; the message says what to do."""
+
+
 def read_model_info(directory: str) -> Dict[str, Any]:
+    """The content of directory/model_info.json ({} when there is none). A file that is not a
+    JSON object (e.g. after a hand edit) is an error, so it is never overwritten unread."""
     path = os.path.join(directory, FILENAME)
     if not os.path.exists(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        problem = f"not valid JSON ({e})"
+    else:
+        if isinstance(info, dict):
+            return info
+        problem = f"a JSON {type(info).__name__}, not an object"
+    raise ModelInfoError(
+        f"{path} is {problem}. myxtts writes this file (dataset statistics, steps trained, best "
+        f"validation loss) and merges new values into it, so it is left as it is. Undo the "
+        f"edit, or move the file away: training writes it again (the dataset statistics at "
+        f"the next start, the rest at the next checkpoint).")
 
 
 def update_model_info(directory: str, **fields: Any) -> Dict[str, Any]:
@@ -28,9 +48,16 @@ def update_model_info(directory: str, **fields: Any) -> Dict[str, Any]:
     info.update(fields)
     path = os.path.join(directory, FILENAME)
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=2, ensure_ascii=False, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(info, f, indent=2, ensure_ascii=False, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise ModelInfoError(f"Cannot write {path}: {e}. The previous version of the file is "
+                             f"intact; if the disk is full, free space and run the same command "
+                             f"again.") from None
     return info

@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
 from typing import List, Optional, Sequence
 
-from myxtts.cli import run_guarded, setup_logging
-from myxtts.errors import MyXTTSError
+from myxtts.cli import UsageError, quiet_tensorflow_start, require_path, run_guarded, setup_logging
 
 logger = logging.getLogger("myxtts")
-
-
-class UsageError(MyXTTSError, ValueError):
-    """Contradictory or missing command-line options."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Longest decode in decoder steps (default: model.max_decoder_steps).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations (more = cleaner phase, slower).")
+    p.add_argument("--verbose", action="store_true",
+                   help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
     return p
 
 
@@ -85,15 +83,29 @@ def output_paths(output: str, count: int) -> List[str]:
     return [os.path.join(output, f"{i:0{width}d}.wav") for i in range(1, count + 1)]
 
 
+def decode_cap_frames(model_config, max_decoder_steps: int, token_count: int) -> int:
+    """Mel frames at which decoding stops when the model predicts no end of speech: the
+    smaller of max_decoder_steps and ceil(tokens * model.max_frames_per_token / r) decoder
+    steps, r frames each (XTTSModel.decode)."""
+    r = model_config.reduction_factor
+    steps = math.ceil(token_count * model_config.max_frames_per_token / r)
+    return max(1, min(max_decoder_steps, steps)) * r
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     texts = read_texts(args)
     paths = output_paths(args.output, len(texts))
+    require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
+                 "the directory train_main.py wrote (its --checkpoint-dir)")
+    require_path("--reference-audio", args.reference_audio, "file",
+                 "a recording of the target speaker (wav, flac, ogg, ...)")
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     import numpy as np
     import soundfile as sf
 
-    from myxtts.inference.synthesizer import Synthesizer
+    with quiet_tensorflow_start(args.verbose):
+        from myxtts.inference.synthesizer import Synthesizer
     synth = Synthesizer.from_checkpoint_dir(args.checkpoint_dir, args.checkpoint,
                                             max_decoder_steps=args.max_decoder_steps,
                                             griffin_lim_iterations=args.griffin_lim_iters)
@@ -110,6 +122,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         duration = len(waveform) / synth.sample_rate
         print(f"{path}: {duration:.2f} s of audio ({mel.shape[0]} mel frames) in {seconds:.2f} s, "
               f"real-time factor {seconds / max(duration, 1e-9):.2f}")
+        cap = decode_cap_frames(synth.config.model, synth.max_decoder_steps, len(ids))
+        if mel.shape[0] >= cap:
+            logger.warning("%s: decoding stopped at its cap of %d mel frames (%.2f s) because "
+                           "the model predicted no end of speech; the audio is probably too "
+                           "long and ends in noise or repetition. A model trained longer "
+                           "predicts the end; the cap is --max-decoder-steps (now %d decoder "
+                           "steps) or model.max_frames_per_token per input token.", path, cap,
+                           duration, synth.max_decoder_steps)
         if args.save_mel:
             mel_path = os.path.splitext(path)[0] + ".npy"
             np.save(mel_path, mel.astype(np.float32), allow_pickle=False)

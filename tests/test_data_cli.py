@@ -48,6 +48,8 @@ class ValidateOnlyTest(unittest.TestCase):
             self.assertNotEqual(proc.returncode, 0)
             self.assertIn("min_train_items", proc.stderr)
             self.assertIn("unknown_language", proc.stderr)
+            # A run that never started leaves no run directory behind.
+            self.assertFalse(os.path.exists(os.path.join(tmp, "run")))
             missing = os.path.join(tmp, "no_such_dataset")
             proc = run_cli(["--train-data", missing, "--config", config, "--validate-only"])
             self.assertNotEqual(proc.returncode, 0)

@@ -76,15 +76,22 @@ class SynthesizeCliTest(unittest.TestCase):
 
     def test_one_text_writes_a_wav_and_its_mel(self):
         output = os.path.join(self.tmp, "hello.wav")
+        env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
         done = subprocess.run(
             [sys.executable, "-m", "myxtts.synthesize",
              *self._args("--text", "Hello there.", "--language", "en", "--output", output,
                          "--save-mel")],
-            capture_output=True, text=True, cwd=REPO, timeout=600)
+            capture_output=True, text=True, cwd=REPO, timeout=600, env=env)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         self.assertIn("Griffin-Lim", done.stderr)  # the vocoder choice is logged
+        for noise in ("E0000", "I0000", "absl::InitializeLog"):  # a quiet console
+            self.assertNotIn(noise, done.stderr)
         self._assert_playable(output)
         mel = np.load(os.path.join(self.tmp, "hello.npy"), allow_pickle=False)
+        # The untrained model predicts no end: decoding stops at the --max-decoder-steps cap
+        # (tiny.yaml: 2 frames per step), and says so with the number of frames.
+        self.assertEqual(mel.shape[0], MAX_DECODER_STEPS * 2)
+        self.assertIn(f"decoding stopped at its cap of {mel.shape[0]} mel frames", done.stderr)
         self.assertEqual(mel.dtype, np.float32)
         self.assertEqual(mel.shape[1], N_MELS)
         self.assertEqual(len(sf.read(output)[0]), (mel.shape[0] - 1) * 256 + 512)

@@ -138,6 +138,7 @@ print(json.dumps({{"latest": state.model_checkpoint_path,
         self.assertEqual(self.final.returncode, 0, out[-3000:])
         self.assertIn(f"Resumed from {self.run_dir}/ckpt-{self.latest} at step {self.latest}", out)
         self.assertIn(f"Trained to step {self.latest + 3} (max_steps)", out)
+        self.assertRegex(out, r"best validation loss \d+\.\d{4};")  # rounded
         self.assertTrue(os.path.exists(os.path.join(self.run_dir,
                                                     f"ckpt-{self.latest + 3}.index")))
         with open(os.path.join(self.run_dir, "model_info.json"), encoding="utf-8") as f:
@@ -174,7 +175,8 @@ class SeedCommandLineTest(unittest.TestCase):
         proc = run_cli(["--config", "configs/tiny.yaml", "--train-data", SAMPLE,
                         "--grad-accum", "0", "--checkpoint-dir", tempfile.mkdtemp()])
         self.assertEqual(proc.returncode, 2)
-        self.assertIn("training.grad_accum_steps must be >= 1", proc.stderr)
+        self.assertIn("--grad-accum must be >= 1 (got 0; it sets training.grad_accum_steps)",
+                      proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
 
 

@@ -26,6 +26,8 @@ AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", "
 HEADER_FIRST_FIELDS = {"id", "file", "filename", "file_name", "audio", "audio_file", "wav",
                        "path", "utt", "utterance"}
 SPLIT_FILE = "data_split.json"
+# Separators people use instead of '|', most telling first.
+WRONG_SEPARATORS = (("\t", "tab"), (";", "semicolon"), (",", "comma"))
 
 
 class DatasetError(MyXTTSError, ValueError):
@@ -109,9 +111,29 @@ def _audio_index(wav_dir: str) -> Dict[str, str]:
     return index
 
 
+def check_separator(path: str) -> None:
+    """DatasetError when no line of metadata file `path` has a '|' but lines hold another
+    common separator (a CSV saved with commas, tabs or semicolons)."""
+    with open(path, "rb") as f:
+        text = f.read().decode("utf-8", "replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or any("|" in line for line in lines):
+        return
+    for char, name in WRONG_SEPARATORS:
+        if sum(char in line for line in lines) * 2 > len(lines):
+            raise DatasetError(
+                f"{path}: no line contains '|'; the file looks {name}-separated. The separator "
+                f"must be '|': id|text|normalized_text[|speaker[|language]] (LJSpeech layout), "
+                f"e.g. LJ001-0001|Printing, in the only sense...|Printing, in the only "
+                f"sense... Convert the file (texts may contain {name}s, so replace only the "
+                f"separators) and run again.")
+
+
 def read_metadata(path: str, default_speaker: str,
                   default_language: str) -> Tuple[List[Row], List[ParseProblem]]:
-    """Parses a metadata file. Returns (rows, problems); never raises for a bad line."""
+    """Parses a metadata file. Returns (rows, problems); never raises for a bad line, only when
+    the whole file uses another separator than '|' (check_separator)."""
+    check_separator(path)
     directory = os.path.dirname(os.path.abspath(path))
     audio = _audio_index(os.path.join(directory, "wavs"))
     rows: List[Row] = []
@@ -135,8 +157,13 @@ def read_metadata(path: str, default_speaker: str,
                 cols[0].strip() not in audio:
             continue
         if not 2 <= len(cols) <= 5:
-            problems.append(ParseProblem("wrong_columns", path, number,
-                                         f"{len(cols)} columns (expected 2 to 5): {line[:60]!r}"))
+            detail = f"{len(cols)} columns (expected 2 to 5): {line[:60]!r}"
+            if len(cols) == 1:
+                separator = next((name for char, name in WRONG_SEPARATORS if char in line), None)
+                if separator:
+                    detail = (f"no '|' in the line, which looks {separator}-separated; the "
+                              f"separator must be '|' (id|text|normalized_text): {line[:60]!r}")
+            problems.append(ParseProblem("wrong_columns", path, number, detail))
             continue
         uid = cols[0].strip()
         text = cols[2].strip() if len(cols) >= 3 and cols[2].strip() else cols[1].strip()

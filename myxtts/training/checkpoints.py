@@ -1,12 +1,18 @@
-"""The checkpoint directory (docs/architecture.md): ckpt-<step> via tf.train.CheckpointManager,
-best/ (best validation loss, kept separately), config.yaml, vocab.json. No pickle anywhere.
+"""The checkpoint directory (docs/architecture.md): ckpt-<step>, best/ (best validation loss, kept
+separately), config.yaml, vocab.json. No pickle anywhere.
 
-Why a kill never costs a good checkpoint:
+Why a kill, a full disk or a damaged file never costs a good checkpoint:
   * TensorFlow writes a checkpoint's shards under `ckpt-N_temp/` and renames them into place; the
-    manager rewrites the `checkpoint` state file (atomically: temp file + rename) only AFTER that,
-    and only after our callback has read the new checkpoint back. A kill before then leaves the
-    state file pointing at the previous, complete checkpoint.
-  * Old checkpoints are deleted only after the state file points at the new one.
+    store reads the new checkpoint back and only then rewrites the `checkpoint` index (temp file,
+    fsync, rename) to list it. A kill before then leaves the index naming the previous, complete
+    checkpoints.
+  * The index is rewritten WITHOUT the checkpoints beyond training.keep_checkpoints before their
+    files are deleted, so it never names a checkpoint whose files are gone. (tf.train.
+    CheckpointManager deletes first and rewrites the index after; that gap is why it is not used.)
+  * A write that fails (disk full) removes its partial files and raises CheckpointError naming the
+    intact previous checkpoint.
+  * Resuming restores the newest checkpoint that reads back intact (TensorFlow checksums every
+    tensor); a damaged newer one is moved to archive/<time>/ with a warning.
   * A name is never written twice: checkpoints are named by step, a step already saved is not
     saved again, and before training continues from an OLDER checkpoint (--resume-from) or starts
     over (--reset-training) the existing ones are moved to archive/<time>/, never deleted.
@@ -20,7 +26,7 @@ import os
 import re
 import shutil
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -31,10 +37,16 @@ logger = logging.getLogger("myxtts.training")
 BEST_DIR = "best"
 ARCHIVE_DIR = "archive"
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
+INDEX_FILE = "checkpoint"
+_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d{5}-of-\d{5})$")
 
 
 class CheckpointError(MyXTTSError, RuntimeError):
     """A checkpoint that cannot be read or does not fit the model; the message says what to do."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint whose files are missing, truncated or altered."""
 
 
 def checkpoint_step(path: str) -> int:
@@ -60,6 +72,80 @@ def resolve_checkpoint_path(path: str) -> str:
     return path
 
 
+def _first_line(error: BaseException) -> str:
+    """The first line of an error's message, without TensorFlow's `{{function_node ...}}`."""
+    line = (str(error).splitlines() or [type(error).__name__])[0]
+    return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)[:300]
+
+
+def _step_of(path: str) -> int:
+    return int(os.path.basename(path).rsplit("-", 1)[1])
+
+
+def _checkpoint_files(path: str) -> List[str]:
+    """The files of checkpoint prefix `path` (its .index and .data-* shards)."""
+    return glob.glob(glob.escape(path) + ".index") + glob.glob(glob.escape(path) + ".data-*")
+
+
+def _remove(paths: List[str]) -> None:
+    for path in paths:
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+
+
+class CheckpointSeries:
+    """The checkpoints ckpt-<step> of one directory that its `checkpoint` index lists, oldest
+    first; keeps the newest `keep`."""
+
+    def __init__(self, directory: str, keep: int):
+        self.directory = directory
+        self.keep = keep
+        os.makedirs(directory, exist_ok=True)
+        state = tf.train.get_checkpoint_state(directory)
+        self.paths = [] if state is None else [
+            os.path.join(directory, p) for p in state.all_model_checkpoint_paths]
+
+    @property
+    def latest(self) -> Optional[str]:
+        return self.paths[-1] if self.paths else None
+
+    def prefix(self, step: int) -> str:
+        return os.path.join(self.directory, f"ckpt-{step}")
+
+    def add(self, path: str) -> None:
+        """Lists `path` (complete on disk) as the latest; then deletes the files of the
+        checkpoints beyond `keep`, and leftovers of an earlier interrupted deletion."""
+        self.write_index(([p for p in self.paths if p != path] + [path])[-self.keep:])
+        oldest = _step_of(self.paths[0])
+        for name in os.listdir(self.directory):
+            match = _CHECKPOINT_FILE.match(name)
+            if match and int(match.group(1)) < oldest:
+                _remove([os.path.join(self.directory, name)])
+
+    def write_index(self, paths: List[str]) -> None:
+        """Replaces the index with `paths` (the last is the latest) atomically."""
+        names = [os.path.relpath(p, self.directory) for p in paths]
+        text = "".join([f'model_checkpoint_path: "{names[-1]}"\n'] +
+                       [f'all_model_checkpoint_paths: "{name}"\n' for name in names])
+        index = os.path.join(self.directory, INDEX_FILE)
+        tmp = f"{index}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, index)
+        except OSError:
+            _remove([tmp])
+            raise
+        self.paths = list(paths)
+
+
 class CheckpointStore:
     """Saves and restores `objects` (a dict of trackables with a "step" variable) in `directory`."""
 
@@ -67,48 +153,62 @@ class CheckpointStore:
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         self.checkpoint = tf.train.Checkpoint(**objects)
+        # restore() creates this counter when missing and then expects a value for it; creating
+        # it now makes write() save it too (and keeps checkpoints from older versions loadable).
+        self.checkpoint.save_counter  # pylint: disable=pointless-statement
         self._step_var = objects["step"]
         self._keep = keep
         self._remove_interrupted_writes()
-        self._open_managers(keep)
+        self._open_series()
 
     # -- queries -------------------------------------------------------------------------------
     @property
     def latest(self) -> Optional[str]:
         """The newest readable checkpoint in the directory (None when there is none)."""
-        for path in reversed(self.manager.checkpoints):
+        for path in reversed(self.series.paths):
             if self._readable(path):
-                if path != self.manager.latest_checkpoint:
+                if path != self.series.latest:
                     logger.warning("Checkpoint %s is not readable; using %s instead.",
-                                   self.manager.latest_checkpoint, path)
+                                   self.series.latest, path)
                 return path
         return None
 
     @property
     def best(self) -> Optional[str]:
-        return self.best_manager.latest_checkpoint
+        return self.best_series.latest
 
     # -- saving --------------------------------------------------------------------------------
     def save(self, step: int) -> Optional[str]:
-        """Saves as ckpt-<step> unless that step is already the latest checkpoint."""
-        latest = self.manager.latest_checkpoint
-        if latest and os.path.basename(latest) == f"ckpt-{step}":
+        """Saves as ckpt-<step> unless that step is already saved."""
+        return self._save(self.series, step)
+
+    def save_best(self, step: int) -> Optional[str]:
+        return self._save(self.best_series, step)
+
+    def _save(self, series: CheckpointSeries, step: int) -> Optional[str]:
+        path = series.prefix(step)
+        if path in series.paths:
             return None
-        return self._save(self.manager, step)
-
-    def save_best(self, step: int) -> str:
-        return self._save(self.best_manager, step)
-
-    def _save(self, manager: tf.train.CheckpointManager, step: int) -> str:
-        def verify(save_path):
-            # Runs after the files are in place and BEFORE the manager points its state file at
-            # them: a checkpoint that cannot be read back never becomes "latest".
-            if checkpoint_step(save_path) != step:
-                raise CheckpointError(f"Checkpoint {save_path} did not read back step {step}.")
-
-        options = tf.train.CheckpointOptions(experimental_write_callbacks=[verify])
         started = time.monotonic()
-        path = manager.save(checkpoint_number=step, options=options)
+        try:
+            self.checkpoint.write(path)
+            # Read back BEFORE the index names it: a checkpoint that cannot be read back never
+            # becomes "latest".
+            if checkpoint_step(path) != step:
+                raise CheckpointError(f"Checkpoint {path} did not read back step {step}.")
+            series.add(path)
+        except (tf.errors.OpError, OSError, CheckpointError) as e:
+            # Nothing lists `path` (it was not in the index, and the index write failed or did
+            # not happen): its partial files only take space.
+            _remove([path + "_temp"] + _checkpoint_files(path))
+            previous = series.latest
+            size = sum(os.path.getsize(f) for f in _checkpoint_files(previous)) if previous else 0
+            raise CheckpointError(
+                f"Could not save checkpoint {path}: {_first_line(e)}. Its partial files were "
+                f"removed; the previous checkpoint ({previous or 'none yet'}) is intact, and "
+                f"running the same command again resumes from it. If the disk is full, free "
+                f"space first (a checkpoint takes {size / 1e6:.1f} MB here; training."
+                f"keep_checkpoints = {self._keep} are kept).") from None
         logger.info("Saved checkpoint %s (step %d, %.1f s)", path, step,
                     time.monotonic() - started)
         return path
@@ -126,43 +226,82 @@ class CheckpointStore:
         checkpoint cannot be read or does not match the model that was built."""
         try:
             self.checkpoint.restore(path).assert_existing_objects_matched()
-        except (tf.errors.OpError, AssertionError, ValueError) as e:
+        except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
+            damage = self._damage(path)
+            if damage:
+                raise DamagedCheckpointError(f"Cannot restore checkpoint {path}: it is damaged "
+                                             f"({damage}).") from None
             raise CheckpointError(
-                f"Cannot restore checkpoint {path}: {str(e).splitlines()[0][:300]}. It was "
+                f"Cannot restore checkpoint {path}: {_first_line(e)}. It was "
                 f"probably written by a different model configuration (compare its config.yaml "
                 f"with --config). To start from scratch in the same directory, pass "
                 f"--reset-training (the old checkpoints are archived, not deleted).") from None
         return int(self._step_var.numpy())
+
+    def restore_latest(self) -> Optional[Tuple[str, int]]:
+        """Restores the newest intact checkpoint the index lists; returns (path, step), or None
+        when there is none. Damaged newer ones (missing, truncated or altered files) are moved
+        to archive/<time>/ with a warning; CheckpointError when none is intact or one does not
+        fit the model."""
+        damaged = []
+        for path in reversed(self.series.paths):
+            try:
+                step = self.restore(path)
+            except DamagedCheckpointError as e:
+                damaged.append(path)
+                logger.warning("%s", e)
+                continue
+            if damaged:
+                self._set_aside(damaged, path)
+            return path, step
+        if damaged:
+            raise CheckpointError(
+                f"Every checkpoint in {self.directory} is damaged ({', '.join(damaged)}; see "
+                f"the warnings above). Resume from a copy with --resume-from PATH, or pass "
+                f"--reset-training to start over (they are moved to archive/, not deleted).")
+        return None
+
+    def _set_aside(self, damaged: List[str], intact: str) -> None:
+        # The index stops naming the damaged checkpoints before their files move.
+        self.series.write_index([p for p in self.series.paths if p not in damaged])
+        target = self._archive_target()
+        for path in damaged:
+            for name in _checkpoint_files(path):
+                shutil.move(name, os.path.join(target, os.path.basename(name)))
+        logger.warning("Resuming from %s, the newest intact checkpoint; the damaged %s moved to "
+                       "%s (nothing was deleted).", intact, ", ".join(damaged), target)
 
     # -- starting over -------------------------------------------------------------------------
     def archive(self, reason: str) -> Optional[str]:
         """Moves checkpoints, best/, tensorboard/, config.yaml and vocab.json to
         archive/<time>/; returns that directory (None when there was nothing to move)."""
         names = [os.path.basename(p) for p in glob.glob(os.path.join(self.directory, "ckpt-*"))]
-        names += [n for n in ("checkpoint", BEST_DIR, "tensorboard", "config.yaml", "vocab.json")
+        names += [n for n in (INDEX_FILE, BEST_DIR, "tensorboard", "config.yaml", "vocab.json")
                   if os.path.exists(os.path.join(self.directory, n))]
         if not names:
             return None
+        target = self._archive_target()
+        for name in sorted(names):
+            shutil.move(os.path.join(self.directory, name), os.path.join(target, name))
+        logger.warning("%s: moved %d earlier file(s) from %s to %s (nothing was deleted).",
+                       reason, len(names), self.directory, target)
+        self._open_series()
+        return target
+
+    # -- internals -----------------------------------------------------------------------------
+    def _archive_target(self) -> str:
+        """A new, empty archive/<time>[-n]/ directory."""
         target = os.path.join(self.directory, ARCHIVE_DIR, time.strftime("%Y%m%d-%H%M%S"))
         suffix = 0
         while os.path.exists(target + (f"-{suffix}" if suffix else "")):
             suffix += 1
         target += f"-{suffix}" if suffix else ""
         os.makedirs(target)
-        for name in sorted(names):
-            shutil.move(os.path.join(self.directory, name), os.path.join(target, name))
-        logger.warning("%s: moved %d earlier file(s) from %s to %s (nothing was deleted).",
-                       reason, len(names), self.directory, target)
-        self._open_managers(self._keep)
         return target
 
-    # -- internals -----------------------------------------------------------------------------
-    def _open_managers(self, keep: int) -> None:
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
-                                                  max_to_keep=keep, checkpoint_name="ckpt")
-        self.best_manager = tf.train.CheckpointManager(
-            self.checkpoint, os.path.join(self.directory, BEST_DIR), max_to_keep=1,
-            checkpoint_name="ckpt")
+    def _open_series(self) -> None:
+        self.series = CheckpointSeries(self.directory, self._keep)
+        self.best_series = CheckpointSeries(os.path.join(self.directory, BEST_DIR), 1)
 
     def _remove_interrupted_writes(self) -> None:
         # `<prefix>_temp/` holds the shards of a write that was interrupted before they were
@@ -177,5 +316,17 @@ class CheckpointStore:
         try:
             checkpoint_step(path)
             return True
-        except (tf.errors.OpError, ValueError):
+        except (tf.errors.OpError, ValueError, IndexError):
             return False
+
+    @staticmethod
+    def _damage(path: str) -> Optional[str]:
+        """What is wrong with the files of checkpoint `path` (missing, truncated, a checksum that
+        does not match), or None when every tensor reads back intact."""
+        try:
+            reader = tf.train.load_checkpoint(path)
+            for key in reader.get_variable_to_shape_map():
+                reader.get_tensor(key)
+        except (tf.errors.OpError, ValueError, IndexError) as e:
+            return _first_line(e)
+        return None

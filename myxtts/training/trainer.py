@@ -178,8 +178,8 @@ class XTTSTrainer:
             update_model_info(self.directory, steps_trained=0, best_val_loss=None)
             logger.info("Starting from step 0 in %s.", self.directory)
             return
-        latest = store.latest
         if resume_checkpoint:
+            latest = store.latest
             path = resolve_checkpoint_path(resume_checkpoint)
             step = store.restore(path)
             logger.info("Resumed from %s (--resume-from) at step %d.", path, step)
@@ -187,10 +187,10 @@ class XTTSTrainer:
                 # Training from `path` would write ckpt-N names the existing checkpoints use.
                 store.archive(f"--resume-from {path}")
             return
-        if latest:
-            step = store.restore(latest)
+        restored = store.restore_latest()
+        if restored:
             logger.info("Resumed from %s at step %d (epoch %d). Pass --reset-training to start "
-                        "over.", latest, step, int(self.epoch.numpy()) + 1)
+                        "over.", *restored, int(self.epoch.numpy()) + 1)
         else:
             logger.info("No checkpoint in %s: starting from step 0.", self.directory)
 
