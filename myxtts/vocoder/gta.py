@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, Sequence
+from typing import Dict
 
 import numpy as np
 import tensorflow as tf
@@ -23,26 +23,21 @@ from myxtts.data import audio as audio_lib
 from myxtts.data import cache as cache_lib
 from myxtts.errors import MyXTTSError
 from myxtts.inference.checkpoint_loading import load_checkpoint
+from myxtts.inference.vocoding import FEATURE_FIELDS
 
 logger = logging.getLogger("myxtts.vocoder")
 
-# Data fields that must agree between the acoustic model and the vocoder.
-FEATURE_FIELDS = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "fmin", "fmax",
-                  "mel_floor")
 TEXT_FIELDS = ("text_cleaners", "use_phonemes")
 MANIFEST = "manifest.json"
-
-
-def feature_mismatches(a, b, fields: Sequence[str] = FEATURE_FIELDS) -> Dict[str, tuple]:
-    """{field: (a's value, b's value)} for the data fields where two data configs differ."""
-    return {f: (getattr(a, f), getattr(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
 
 
 def teacher_forced_mels(acoustic_dir: str, items, config, out_dir: str,
                         device: str) -> Dict[str, str]:
     """{item id: .npy path} of the teacher-forced log10 mels [frames, n_mels] of `items`."""
     loaded = load_checkpoint(acoustic_dir)
-    mismatch = feature_mismatches(loaded.config.data, config.data, FEATURE_FIELDS + TEXT_FIELDS)
+    mismatch = {f: (getattr(loaded.config.data, f), getattr(config.data, f))
+                for f in FEATURE_FIELDS + TEXT_FIELDS
+                if getattr(loaded.config.data, f) != getattr(config.data, f)}
     if mismatch:
         raise ConfigError(
             f"--gta-from {acoustic_dir}: its config.yaml has different audio/text settings than "
