@@ -5,6 +5,8 @@ recordings themselves.
     python benchmarks/bench_vocoder.py --config configs/vocoder_quick.yaml          # speed only
     python benchmarks/bench_vocoder.py --config configs/vocoder_quick.yaml \
         --vocoder-dir runs/vocoder_quick --heldout /work/corpora/espeak_m --clips 20
+    python benchmarks/bench_vocoder.py --config configs/vocoder_quick.yaml --skip-speed \
+        --train-step                                  # GAN step with and without XLA
 
 Speed: an untrained generator of each preset (speed does not depend on the weights) vocodes the
 log-mel of --seconds of audio, in a tf.function and XLA-compiled; Griffin-Lim (32 iterations,
@@ -71,6 +73,41 @@ def speed(config, mel, presets, repeats):
               f"{gl / best:.1f}x faster |" if best < gl else
               f"| HiFi-GAN {preset} | {generator.count_params():,} | {plain:.4f} | {xla:.4f} | "
               f"{best / gl:.1f}x slower |")
+
+
+def train_step_speed(config, repeats):
+    """Seconds per GAN training step (discriminator + generator update) of the config's preset,
+    batch and segment, as a tf.function and XLA-compiled, plus the first call (trace/compile)."""
+    import keras
+    from myxtts.training.gan_step import GANStep
+    from myxtts.vocoder.discriminators import MultiPeriodDiscriminator, MultiScaleDiscriminator
+    from myxtts.vocoder.generator import PRESETS
+    d, v = config.data, config.vocoder
+    preset = PRESETS[v.preset]
+    rng = np.random.default_rng(0)
+    audio = tf.constant(rng.normal(0, 0.1, (v.batch_size, v.segment_frames * d.hop_length)),
+                        tf.float32)
+    mel = audio_lib.LogMel.from_config(d)(audio)[:, :v.segment_frames]
+    batch = {"audio": audio, "mel": mel, "mel_target": mel}
+    print(f"\n## Training step: preset {v.preset}, batch {v.batch_size} x {v.segment_frames} "
+          f"frames\n")
+    print("| step | first call (trace/compile) s | s per step (median) |")
+    print("| --- | --- | --- |")
+    for jit in (False, True):
+        keras.utils.set_random_seed(0)
+        step = GANStep(HiFiGANGenerator.from_config(config),
+                       MultiPeriodDiscriminator(v.mpd_periods, preset.discriminator_width),
+                       MultiScaleDiscriminator(v.msd_scales, preset.discriminator_width,
+                                               preset.grouped_msd),
+                       v, audio_lib.LogMel.from_config(d), model_device="/CPU:0",
+                       loss_scaling=False, jit_compile=jit)
+        for adversarial in (False, True):
+            started = time.perf_counter()
+            step(batch, adversarial)["total"].numpy()
+            first = time.perf_counter() - started
+            per_step = timed(lambda a=adversarial: step(batch, a)["total"], repeats)
+            print(f"| {'generator warm-up' if not adversarial else 'GAN'}, "
+                  f"{'XLA' if jit else 'tf.function'} | {first:.1f} | {per_step:.3f} |")
 
 
 def heldout_clips(folder, count, data_config, max_seconds):
@@ -189,6 +226,8 @@ def main():
     p.add_argument("--clips", type=int, default=20)
     p.add_argument("--max-seconds", type=float, default=6.0)
     p.add_argument("--skip-speed", action="store_true")
+    p.add_argument("--train-step", action="store_true",
+                   help="Also time a training step with and without XLA.")
     args = p.parse_args()
     config = XTTSConfig.from_yaml(args.config)
     d = config.data
@@ -202,6 +241,8 @@ def main():
             samples = np.concatenate([c[1] for c in heldout_clips(args.heldout, 4, d, 10.0)])
             mel = audio_lib.LogMel.from_config(d)(samples[None])[:, :frames]
         speed(config, mel, args.presets.split(","), args.repeats)
+    if args.train_step:
+        train_step_speed(config, args.repeats)
     if args.vocoder_dir and args.heldout:
         vocoder = load_vocoder(args.vocoder_dir, d, args.vocoder_checkpoint)
         print(f"\n{vocoder.describe()}")
