@@ -38,7 +38,8 @@ import tensorflow as tf
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.layers import fold_seed, key_padding_mask, length_mask
+from myxtts.models.layers import (fold_seed, in_xla_context, key_padding_mask, length_mask,
+                                  slot_buffer, write_slot)
 
 
 class _FunctionCache:
@@ -150,9 +151,8 @@ class XTTSModel(keras.Model):
         def record(step, frames, stop, align, frames_buf, align_buf, done, lengths):
             """Stores step `step` (frames [B, r*n], stop [B, r], align [B, T_text]) and applies
             the stopping rules."""
-            here = tf.equal(slots, step)[None, :, None]
-            frames_buf = tf.where(here, frames[:, None, :], frames_buf)
-            align_buf = tf.where(here, align[:, None, :], align_buf)
+            frames_buf = write_slot(frames_buf, step, frames)
+            align_buf = write_slot(align_buf, step, align)
             over = stop > stop_logit
             stopped = tf.reduce_any(over, axis=-1)
             first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
@@ -162,8 +162,9 @@ class XTTSModel(keras.Model):
             return (frames_buf, align_buf, done | ended,
                     tf.where(finishing, new_lengths, lengths))
 
-        state = (tf.constant(0), tf.zeros([b, max_steps, r * n]),
-                 tf.zeros([b, max_steps, t_text]), tf.zeros([b], tf.bool),
+        # Slot-major decode buffers (layers.slot_buffer): one slot written per step.
+        state = (tf.constant(0), slot_buffer(max_steps, [b, r * n], tf.float32),
+                 slot_buffer(max_steps, [b, t_text], tf.float32), tf.zeros([b], tf.bool),
                  tf.zeros([b], tf.int32))
 
         def cond(step, frames_buf, align_buf, done, lengths, *_):
@@ -175,8 +176,9 @@ class XTTSModel(keras.Model):
                           block.cross_attentions[TEXT].key_value_heads(text)]
                          for block in blocks]
             heads = blocks[0].self_attention
-            cache = tf.zeros([b, heads.num_heads, max_steps, heads.head_dim], self.compute_dtype)
-            caches = tuple((cache, cache) for _ in blocks)
+            shape = [b, heads.num_heads, heads.head_dim]
+            caches = tuple((slot_buffer(max_steps, shape, self.compute_dtype),
+                            slot_buffer(max_steps, shape, self.compute_dtype)) for _ in blocks)
 
             keep_masks, encodings = self.decoder.position_tables(slots)
 
@@ -212,6 +214,19 @@ class XTTSModel(keras.Model):
                                   shape_invariants=(*invariants,
                                                     tf.TensorShape([None, None, r * n])))
         _, frames_buf, align_buf, _, lengths = final[:5]
-        mel_before = tf.reshape(frames_buf, [b, max_steps * r, n])
-        mel = self.postnet(mel_before, length_mask(lengths, max_steps * r))
-        return {"mel": mel, "mel_lengths": lengths, "alignments": align_buf}
+        mel_before = tf.reshape(tf.transpose(frames_buf, [1, 0, 2]), [b, max_steps * r, n])
+        return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
+                "alignments": tf.transpose(align_buf, [1, 0, 2])}
+
+    def _postnet_decoded(self, mel_before, lengths):
+        """Postnet over a decoded mel [B, max_steps*r, n]. Frames past an item's length are zero
+        before and after every postnet convolution, so a plain graph runs it on the longest
+        item's frames only (its cost follows the decode, not max_steps); XLA needs static
+        shapes and runs all frames."""
+        frames = tf.shape(mel_before)[1]
+        if in_xla_context():
+            return self.postnet(mel_before, length_mask(lengths, frames))
+        used = tf.reduce_max(lengths)
+        mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))
+        return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
+                          [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
