@@ -101,6 +101,17 @@ class SamplePipelineTest(unittest.TestCase):
         self.assertFalse(len(first) == len(other) and
                          all(np.array_equal(a, b) for a, b in zip(first, other)))
 
+    def test_resuming_mid_epoch_gives_the_remaining_batches(self):
+        # Raw mode leaves the skipped batches' utterances out before decoding anything.
+        whole = list(self.pipeline.train_dataset(5))
+        for skip in (2, len(whole) - 1):
+            resumed = list(self.pipeline.train_dataset(5, skip_batches=skip))
+            self.assertEqual(len(resumed), len(whole) - skip)
+            for got, expected in zip(resumed, whole[skip:]):
+                self.assertEqual(set(got), set(expected))
+                for key in expected:
+                    np.testing.assert_array_equal(got[key].numpy(), expected[key].numpy(), key)
+
     def test_vocab_and_split_saved_in_work_dir(self):
         self.assertTrue(os.path.isfile(os.path.join(self.work, "vocab.json")))
         self.assertTrue(os.path.isfile(os.path.join(self.work, "data_split.json")))

@@ -138,6 +138,15 @@ class GenerateTest(ModelTestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
         self.assertLessEqual(_max_diff(cached["alignments"], full["alignments"]), 1e-4)
 
+    def test_a_higher_cap_only_sizes_the_buffers(self):
+        args = self._inputs(token_lengths=(5, 3))   # text limit: 30 and 18 steps
+        low = self.model.generate(*args, max_steps=32, stop_threshold=0.99999)
+        high = self.model.generate(*args, max_steps=48, stop_threshold=0.99999)
+        np.testing.assert_array_equal(high["mel_lengths"].numpy(), low["mel_lengths"].numpy())
+        self.assertLessEqual(_max_diff(high["mel"][:, :32 * self.r], low["mel"]), 1e-5)
+        self.assertEqual(float(np.max(np.abs(high["mel"][:, 32 * self.r:]))), 0.0)
+        self.assertEqual(float(np.max(np.abs(high["alignments"][:, 32:]))), 0.0)
+
     def test_text_length_limits_each_item_and_padding_frames_are_zero(self):
         args = self._inputs(token_lengths=(7, 2))
         out = self.model.generate(*args, max_steps=40, stop_threshold=0.99999)

@@ -208,10 +208,10 @@ class InputPipeline:
         d = self.data_config
         if self.feature_mode == "cached":
             ds = self._cached_elements(split, epoch, training)
+            if skip_batches:
+                ds = ds.skip(skip_batches)
         else:
-            ds = self._raw_elements(split, epoch, training)
-        if skip_batches:
-            ds = ds.skip(skip_batches)
+            ds = self._raw_elements(split, epoch, training, skip_batches)
         options = tf.data.Options()
         options.deterministic = True
         ds = ds.with_options(options)
@@ -220,7 +220,8 @@ class InputPipeline:
                                                                 buffer_size=d.buffer_size))
 
     # ---- raw mode: audio batches, mels on the data device ---------------------------------------
-    def _raw_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:
+    def _raw_elements(self, split: str, epoch: int, training: bool,
+                      skip_batches: int) -> tf.data.Dataset:
         d = self.data_config
         items = self.items[split]
         pools = self._reference_pools[split]
@@ -256,6 +257,8 @@ class InputPipeline:
 
         order = (np.random.default_rng([d.seed, epoch]).permutation(len(items)) if training
                  else np.arange(len(items)))
+        if skip_batches:
+            order = self._without_first_batches(items, order, skip_batches)
         ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
         ds = ds.map(load_element, num_parallel_calls=self._parallel, deterministic=True)
 
@@ -269,6 +272,22 @@ class InputPipeline:
         ds = ds.map(pad_ref, num_parallel_calls=self._parallel, deterministic=True)
         ds = self._bucketed(ds, "frames", {}, {"audio": d.hop_length})
         return ds.map(lambda b: {k: v for k, v in b.items() if k != "frames"})
+
+    def _without_first_batches(self, items, order: np.ndarray, count: int) -> np.ndarray:
+        """`order` without the utterances of the first `count` batches it gives, found without
+        decoding any audio: the same bucketing runs over the lengths in the metadata. Each
+        bucket's batches are consecutive runs of its utterances in `order`, so the batches of
+        what is left are exactly the later batches of the whole order (resuming mid-epoch)."""
+        frames = np.array([audio_lib.num_frames(it.num_samples, self.data_config.hop_length)
+                           for it in items], np.int64)
+        ds = tf.data.Dataset.from_tensor_slices({"index": order.astype(np.int64),
+                                                 "frames": frames[order]})
+        ds = ds.map(lambda e: dict(e, tokens=tf.zeros([1], tf.int32)))
+        skipped = [batch["index"].numpy() for batch in
+                   self._bucketed(ds, "frames", {}, {}).take(count)]
+        if not skipped:
+            return order
+        return order[~np.isin(order, np.concatenate(skipped))]
 
     # ---- cached mode: mels from TFRecords -------------------------------------------------------
     def _cached_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:

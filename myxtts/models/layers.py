@@ -146,6 +146,45 @@ def _length(x: tf.Tensor, axis: int):
     return x.shape[axis] if x.shape[axis] is not None else tf.shape(x)[axis]
 
 
+def in_xla_context() -> bool:
+    """True while tracing a function XLA compiles (tf.function(jit_compile=True)); the decode
+    buffers below need a different write op there. TensorFlow's own TensorArray makes the same
+    check with this helper."""
+    from tensorflow.python.ops import control_flow_util  # no public equivalent
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+# ---- decode buffers ------------------------------------------------------------------------
+# A decode buffer is slot-major, [S, ...]: slot s holds what decode step s produced. Writing a
+# step costs the same whatever S is: under XLA a scatter is updated in place; in a plain graph
+# TensorFlow copies a scattered loop variable every step, so the graph path uses InplaceUpdate
+# (which writes into its input) on a buffer of its own, created by `slot_buffer` in the same
+# call (`Empty` is never constant-folded or shared between buffers).
+def slot_buffer(slots: int, shape, dtype) -> tf.Tensor:
+    """A new zero buffer [slots, *shape] for `write_slot`; call it once per buffer."""
+    shape = tf.concat([[slots], tf.cast(shape, tf.int32)], axis=0)
+    if in_xla_context():
+        return tf.zeros(shape, dtype)
+    return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
+
+
+def write_slot(buffer: tf.Tensor, position, value: tf.Tensor) -> tf.Tensor:
+    """buffer [S, ...] from `slot_buffer` with slot `position` (scalar int32) set to value [...].
+    The input buffer must not be used after this call (the graph path writes into it)."""
+    if in_xla_context():
+        return tf.tensor_scatter_nd_update(buffer, [[position]], value[None])
+    return tf.raw_ops.InplaceUpdate(x=buffer, i=[position], v=value[None])
+
+
+def written_slots(buffer: tf.Tensor, position) -> tf.Tensor:
+    """Slots 0..position of a decode buffer, for attending over them. A plain graph takes only
+    those slots (a slice along the slot axis is a view, and the work of a step grows with the
+    position, not with S); XLA needs static shapes and takes all S slots (mask the rest)."""
+    if in_xla_context():
+        return buffer
+    return buffer[:position + 1]
+
+
 def indexed(owner: keras.layers.Layer, prefix: str, layers: list) -> list:
     """Also sets owner.<prefix>_<i> for every layer of a list and returns the list.
     tf.train.Checkpoint follows attributes but not the lists Keras 3 tracks, so without this,
@@ -307,21 +346,23 @@ class TransformerBlock(keras.layers.Layer):
     def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks, forward_state=None):
         """One decode position with a preallocated self-attention cache (inference only).
 
-        x: [B, d]; cache_k/cache_v: [B, H, S, Dh]; position: scalar int32 (slot to write);
+        x: [B, d]; cache_k/cache_v: slot-major decode buffers [S, B, H, Dh] (see `slot_buffer`;
+        the ones passed in must not be used again); position: scalar int32 (slot to write);
         memory_kv: [(k, v)] per memory, already projected; forward_state: the forward-attention
         log weights of the previous position [B, H, Tk] (when the block has a forward memory).
-        Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). The
-        cache is written with a one-hot select (static shapes, XLA-friendly).
+        Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). Only
+        slot `position` is written, and in a plain graph only slots 0..position are read, so a
+        step's cost does not depend on S.
         """
         h = self.self_norm(x)
         q = self.self_attention.step_query_heads(h)
         k, v = self.self_attention.step_key_value_heads(h)
-        slots = tf.shape(cache_k)[2]
-        here = tf.equal(tf.range(slots), position)[None, None, :, None]
-        cache_k = tf.where(here, k, cache_k)
-        cache_v = tf.where(here, v, cache_v)
-        visible = (tf.range(slots) <= position)[None, None, None, :]
-        out, _ = attend(q, cache_k, cache_v, visible)
+        cache_k = write_slot(cache_k, position, k[:, :, 0])
+        cache_v = write_slot(cache_v, position, v[:, :, 0])
+        keys = tf.transpose(written_slots(cache_k, position), [1, 2, 0, 3])
+        values = tf.transpose(written_slots(cache_v, position), [1, 2, 0, 3])
+        visible = (tf.range(_length(keys, 2)) <= position)[None, None, None, :]
+        out, _ = attend(q, keys, values, visible)
         x = x + self.self_attention.step_combine(out)
         weights = []
         for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):

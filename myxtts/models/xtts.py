@@ -42,8 +42,9 @@ import tensorflow as tf
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.layers import (fold_seed, forward_initial_state, key_padding_mask,
-                                  length_mask, window_mask)
+from myxtts.models.layers import (fold_seed, forward_initial_state, in_xla_context,
+                                  key_padding_mask, length_mask, slot_buffer, window_mask,
+                                  write_slot)
 
 
 class _FunctionCache:
@@ -166,9 +167,8 @@ class XTTSModel(keras.Model):
                    peaks):
             """Stores step `step` (frames [B, r*n], stop [B, r], align [B, T_text]) and applies
             the stopping rules."""
-            here = tf.equal(slots, step)[None, :, None]
-            frames_buf = tf.where(here, frames[:, None, :], frames_buf)
-            align_buf = tf.where(here, align[:, None, :], align_buf)
+            frames_buf = write_slot(frames_buf, step, frames)
+            align_buf = write_slot(align_buf, step, align)
             over = stop > stop_logit
             stopped = tf.reduce_any(over, axis=-1)
             first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
@@ -180,8 +180,9 @@ class XTTSModel(keras.Model):
                     tf.where(finishing, new_lengths, lengths), by_stop | (finishing & stopped),
                     peaks)
 
-        state = (tf.constant(0), tf.zeros([b, max_steps, r * n]),
-                 tf.zeros([b, max_steps, t_text]), tf.zeros([b], tf.bool),
+        # Slot-major decode buffers (layers.slot_buffer): one slot written per step.
+        state = (tf.constant(0), slot_buffer(max_steps, [b, r * n], tf.float32),
+                 slot_buffer(max_steps, [b, t_text], tf.float32), tf.zeros([b], tf.bool),
                  tf.zeros([b], tf.int32), tf.zeros([b], tf.bool), tf.zeros([b], tf.int32))
 
         def cond(step, frames_buf, align_buf, done, *_):
@@ -193,9 +194,11 @@ class XTTSModel(keras.Model):
                           block.cross_attentions[TEXT].key_value_heads(text)]
                          for block in blocks]
             heads = blocks[0].self_attention
-            cache = tf.zeros([b, heads.num_heads, max_steps, heads.head_dim], self.compute_dtype)
+            shape = [b, heads.num_heads, heads.head_dim]
             forward = forward_initial_state(b, heads.num_heads, t_text)
-            caches = tuple((cache, cache, forward) for _ in blocks)
+            caches = tuple((slot_buffer(max_steps, shape, self.compute_dtype),
+                            slot_buffer(max_steps, shape, self.compute_dtype), forward)
+                           for _ in blocks)
 
             keep_masks, encodings = self.decoder.position_tables(slots)
 
@@ -230,18 +233,40 @@ class XTTSModel(keras.Model):
             # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
             # sees the window it was decoded with.
             loop_vars = (*state, tf.zeros([b, 1, r * n]), tf.zeros([b, 0, t_text], tf.bool))
-        # The batch dimension is left open: a retraced function (other text lengths) may see it
-        # unknown in the body while the initial zeros know it, which tf.while_loop rejects; the
-        # full-recompute path's inputs and windows also grow by one step per iteration.
-        invariants = tf.nest.map_structure(
-            lambda v: tf.TensorShape([None, *v.shape[1:]]) if v.shape.rank else v.shape,
-            loop_vars)
-        if not use_cache:
-            invariants = (*invariants[:-2], tf.TensorShape([None, None, r * n]),
-                          tf.TensorShape([None, None, None]))
-        final = tf.while_loop(cond, body, loop_vars, shape_invariants=invariants,
+        # The batch dimension is left open (axis 1 of the slot-major buffers, 0 elsewhere): a
+        # retraced function (other text lengths) may see it unknown in the body while the
+        # initial values know it, which tf.while_loop rejects; the full-recompute path's inputs
+        # and windows also grow by one step per iteration.
+        def open_batch(v, axis=0):
+            dims = v.shape.as_list()
+            if dims:
+                dims[axis] = None
+            return tf.TensorShape(dims)
+
+        invariants = [tf.TensorShape([]), open_batch(state[1], 1), open_batch(state[2], 1),
+                      *[open_batch(v) for v in state[3:]]]
+        if use_cache:
+            invariants += [open_batch(loop_vars[-2]),
+                           tuple((open_batch(ck, 1), open_batch(cv, 1), open_batch(fw))
+                                 for ck, cv, fw in caches)]
+        else:
+            invariants += [tf.TensorShape([None, None, r * n]), tf.TensorShape([None, None, None])]
+        final = tf.while_loop(cond, body, loop_vars, shape_invariants=tuple(invariants),
                               maximum_iterations=max_steps)
         _, frames_buf, align_buf, _, lengths, by_stop = final[:6]
-        mel_before = tf.reshape(frames_buf, [b, max_steps * r, n])
-        mel = self.postnet(mel_before, length_mask(lengths, max_steps * r))
-        return {"mel": mel, "mel_lengths": lengths, "alignments": align_buf, "stopped": by_stop}
+        mel_before = tf.reshape(tf.transpose(frames_buf, [1, 0, 2]), [b, max_steps * r, n])
+        return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
+                "alignments": tf.transpose(align_buf, [1, 0, 2]), "stopped": by_stop}
+
+    def _postnet_decoded(self, mel_before, lengths):
+        """Postnet over a decoded mel [B, max_steps*r, n]. Frames past an item's length are zero
+        before and after every postnet convolution, so a plain graph runs it on the longest
+        item's frames only (its cost follows the decode, not max_steps); XLA needs static
+        shapes and runs all frames."""
+        frames = tf.shape(mel_before)[1]
+        if in_xla_context():
+            return self.postnet(mel_before, length_mask(lengths, frames))
+        used = tf.reduce_max(lengths)
+        mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))
+        return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
+                          [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
