@@ -4,8 +4,6 @@
         --text "Hello there." --output hello.wav
     myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio speaker.ogg \
         --text-file lines.txt --language de --output out/ --save-mel
-    python -m myxtts.synthesize --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder ...
-        (HiFi-GAN instead of the Griffin-Lim fallback; docs/vocoder.md)
 
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
 vocabulary, unreadable reference audio) are printed as one paragraph, without a traceback, and
@@ -16,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
@@ -54,12 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Griffin-Lim iterations (more = cleaner phase, slower).")
     p.add_argument("--verbose", action="store_true",
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
-    p.add_argument("--vocoder-dir", default=None,
-                   help="A HiFi-GAN vocoder checkpoint directory (train_main.py --stage "
-                        "vocoder); default: Griffin-Lim. The log says which one ran.")
-    p.add_argument("--vocoder-checkpoint", default=None,
-                   help="Which vocoder checkpoint: 'best' or a prefix such as ckpt-2000. "
-                        "Default: the latest in --vocoder-dir.")
     return p
 
 
@@ -90,11 +83,17 @@ def output_paths(output: str, count: int) -> List[str]:
     return [os.path.join(output, f"{i:0{width}d}.wav") for i in range(1, count + 1)]
 
 
+def decode_cap_frames(model_config, max_decoder_steps: int, token_count: int) -> int:
+    """Mel frames at which decoding stops when the model predicts no end of speech: the
+    smaller of max_decoder_steps and ceil(tokens * model.max_frames_per_token / r) decoder
+    steps, r frames each (XTTSModel.decode)."""
+    r = model_config.reduction_factor
+    steps = math.ceil(token_count * model_config.max_frames_per_token / r)
+    return max(1, min(max_decoder_steps, steps)) * r
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.vocoder_checkpoint and not args.vocoder_dir:
-        raise UsageError("--vocoder-checkpoint needs --vocoder-dir (the vocoder's checkpoint "
-                         "directory).")
     texts = read_texts(args)
     paths = output_paths(args.output, len(texts))
     require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
@@ -106,35 +105,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import soundfile as sf
 
     with quiet_tensorflow_start(args.verbose):
-        from myxtts.inference.checkpoint_loading import load_checkpoint
         from myxtts.inference.synthesizer import Synthesizer
-        from myxtts.inference.vocoding import load_vocoder
-    loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
-    vocoder = (load_vocoder(args.vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
-               if args.vocoder_dir else None)
-    synth = Synthesizer(loaded, max_decoder_steps=args.max_decoder_steps,
-                        griffin_lim_iterations=args.griffin_lim_iters, vocoder=vocoder)
+    synth = Synthesizer.from_checkpoint_dir(args.checkpoint_dir, args.checkpoint,
+                                            max_decoder_steps=args.max_decoder_steps,
+                                            griffin_lim_iterations=args.griffin_lim_iters)
     language = args.language or synth.config.data.default_language
     language_id = synth.language_id(language)
     encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio
     latents = synth.speaker_latents(args.reference_audio)
     for ids, path in zip(encoded, paths):
         started = time.monotonic()
-        result = synth.synthesize_detailed(ids, language_id, latents)
-        waveform, mel = result.waveform, result.mel
+        waveform, mel = synth.synthesize_tokens(ids, language_id, latents)
         seconds = time.monotonic() - started
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         sf.write(path, waveform, synth.sample_rate, subtype="PCM_16")
         duration = len(waveform) / synth.sample_rate
         print(f"{path}: {duration:.2f} s of audio ({mel.shape[0]} mel frames) in {seconds:.2f} s, "
               f"real-time factor {seconds / max(duration, 1e-9):.2f}")
-        if not result.ended_by_stop:
+        cap = decode_cap_frames(synth.config.model, synth.max_decoder_steps, len(ids))
+        if mel.shape[0] >= cap:
             logger.warning("%s: decoding stopped at its cap of %d mel frames (%.2f s) because "
                            "the model predicted no end of speech; the audio is probably too "
                            "long and ends in noise or repetition. A model trained longer "
                            "predicts the end; the cap is --max-decoder-steps (now %d decoder "
-                           "steps) or model.max_frames_per_token per input token.", path,
-                           result.max_frames, duration, synth.max_decoder_steps)
+                           "steps) or model.max_frames_per_token per input token.", path, cap,
+                           duration, synth.max_decoder_steps)
         if args.save_mel:
             mel_path = os.path.splitext(path)[0] + ".npy"
             np.save(mel_path, mel.astype(np.float32), allow_pickle=False)

@@ -1,1 +1,0 @@
-"""The HiFi-GAN vocoder stage: generator, discriminators, losses (docs/vocoder.md)."""
