@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 import time
@@ -83,15 +82,6 @@ def output_paths(output: str, count: int) -> List[str]:
     return [os.path.join(output, f"{i:0{width}d}.wav") for i in range(1, count + 1)]
 
 
-def decode_cap_frames(model_config, max_decoder_steps: int, token_count: int) -> int:
-    """Mel frames at which decoding stops when the model predicts no end of speech: the
-    smaller of max_decoder_steps and ceil(tokens * model.max_frames_per_token / r) decoder
-    steps, r frames each (XTTSModel.decode)."""
-    r = model_config.reduction_factor
-    steps = math.ceil(token_count * model_config.max_frames_per_token / r)
-    return max(1, min(max_decoder_steps, steps)) * r
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     texts = read_texts(args)
@@ -115,21 +105,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     latents = synth.speaker_latents(args.reference_audio)
     for ids, path in zip(encoded, paths):
         started = time.monotonic()
-        waveform, mel = synth.synthesize_tokens(ids, language_id, latents)
+        result = synth.synthesize_detailed(ids, language_id, latents)
+        waveform, mel = result.waveform, result.mel
         seconds = time.monotonic() - started
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         sf.write(path, waveform, synth.sample_rate, subtype="PCM_16")
         duration = len(waveform) / synth.sample_rate
         print(f"{path}: {duration:.2f} s of audio ({mel.shape[0]} mel frames) in {seconds:.2f} s, "
               f"real-time factor {seconds / max(duration, 1e-9):.2f}")
-        cap = decode_cap_frames(synth.config.model, synth.max_decoder_steps, len(ids))
-        if mel.shape[0] >= cap:
+        if not result.ended_by_stop:
             logger.warning("%s: decoding stopped at its cap of %d mel frames (%.2f s) because "
                            "the model predicted no end of speech; the audio is probably too "
                            "long and ends in noise or repetition. A model trained longer "
                            "predicts the end; the cap is --max-decoder-steps (now %d decoder "
-                           "steps) or model.max_frames_per_token per input token.", path, cap,
-                           duration, synth.max_decoder_steps)
+                           "steps) or model.max_frames_per_token per input token.", path,
+                           result.max_frames, duration, synth.max_decoder_steps)
         if args.save_mel:
             mel_path = os.path.splitext(path)[0] + ".npy"
             np.save(mel_path, mel.astype(np.float32), allow_pickle=False)
