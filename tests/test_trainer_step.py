@@ -130,7 +130,6 @@ print(json.dumps(out))
 FIT_PROBE = SETUP + """
 # fit() with 2 micro-batches per update, a log every 2 updates, 3 updates: the loop mirrors the
 # step and micro-step counts on the host and reads the device only at log points.
-from myxtts.data.feeder import DeviceFeeder
 from myxtts.training.monitoring import TrainingMonitor
 trainer = make_trainer(os.path.join(workdir, "fit"), xla=False, grad_accum_steps=2,
                        log_every_steps=2, max_steps=3)
@@ -141,11 +140,8 @@ class Pipeline:
     val_steps = 0
 
     def train_batches(self, epoch, device, skip_batches=0):
-        items = [dict(batch(seed=i), mel_lengths=tf.fill([4], n))
-                 for i, n in enumerate(lengths)][skip_batches:]
-        stacked = {k: tf.stack([b[k] for b in items]) for k in items[0]}
-        return DeviceFeeder(tf.data.Dataset.from_tensor_slices(stacked), lambda b: b,
-                            plan.data_device, device)
+        return feeder_of([dict(batch(seed=i), mel_lengths=tf.fill([4], n))
+                          for i, n in enumerate(lengths)][skip_batches:], device)
 
 
 logged = []
