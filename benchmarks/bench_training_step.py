@@ -141,7 +141,7 @@ def loop_overhead(args, plan, work: str) -> None:
         model(batch)
     trainer = XTTSTrainer(config, model=model, model_device=plan.model_device)
     counters = [trainer.step.step, trainer.step.micro_step, trainer.step.nonfinite_consecutive,
-                trainer.step.frames, trainer.step.stopped_at]
+                trainer.frames, trainer.step.stopped_at]
 
     class Feeder:
         """Staged batches; `sync` reads five step scalars before each one, as many reads as

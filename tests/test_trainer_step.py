@@ -27,7 +27,8 @@ out["n_trainable"] = len(trainer.model.trainable_variables)
 out["accumulators"] = devices_of(trainer.step.accumulators)
 out["n_accumulators"] = len(trainer.step.accumulators)
 out["counters"] = devices_of([trainer.step.step, trainer.step.nonfinite_total, trainer.epoch,
-                              trainer.batch_in_epoch, trainer.best_val_loss])
+                              trainer.batch_in_epoch, trainer.best_val_loss, trainer.frames,
+                              trainer.step.stopped_at])
 out["metrics"] = devices_of([v for m in [*trainer.step.loss_metrics.values(),
                                          trainer.step.grad_norm, *trainer.val_metrics.values()]
                              for v in m.variables])
@@ -87,7 +88,7 @@ r = big.step(batch(size=8, seed=7))
 out["after_recovery"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_nonfinite"]),
                          "total": int(big.step.nonfinite_total.numpy()), "stop": bool(r["stop"])}
 # 3 + 3 batches of 8 x 24 frames, 3 x 8 x 24 micro-batch frames, 3 NaN/finite batches of 8 x 24
-out["frames"] = [int(big.step.frames.numpy()), int(accum.step.frames.numpy())]
+out["frames"] = [int(big.frames.numpy()), int(accum.frames.numpy())]
 
 # A streak of max_nonfinite_steps latches `stop` on the device; a finite step does not undo it.
 streak = make_trainer(os.path.join(workdir, "streak"), xla=False, max_nonfinite_steps=2)
@@ -153,7 +154,7 @@ summary = trainer.fit(Pipeline())
 out["summary"] = [summary.step, summary.epoch, summary.reason]
 out["losses"] = [summary.first_loss, summary.last_loss]
 out["logged"] = logged
-out["frames"] = int(trainer.step.frames.numpy())
+out["frames"] = int(trainer.frames.numpy())
 out["position"] = [int(trainer.epoch.numpy()), int(trainer.batch_in_epoch.numpy()),
                    int(trainer.step.micro_step.numpy())]
 out["checkpoint"] = os.path.basename(summary.checkpoint)

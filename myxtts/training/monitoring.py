@@ -20,7 +20,7 @@ class Throughput:
     """Frames per second and the share of wall time the training loop waited for data, over the
     window since the last `reset`.
 
-    The frames are counted on the model device (`frames`, TrainStep.frames) and read only when
+    The frames are counted on the model device (`frames`, XTTSTrainer.frames) and read only when
     the figures are asked for, at log time: the loop never waits for a step to finish just to
     count it. The wait is the time the loop blocked on the feeder; on an accelerator that runs
     behind the host it is an upper bound of the time the device sat idle.

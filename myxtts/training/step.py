@@ -15,7 +15,8 @@ are checkpointed by the trainer. When `max_nonfinite_steps` consecutive updates 
 the step latches `stopped_at` (the step at which the streak reached the limit) and returns
 `stop`; nothing is read back to the host here, so the caller can queue the next step at once and
 look at the flag when it reads its other figures (the trainer: at its log, validation and
-checkpoint points). The true frames trained on are summed on the device too (`frames`).
+checkpoint points). `on_micro_batch(batch)` runs inside the compiled step for the caller's own
+device-side counts (the trainer: data position and true frames).
 """
 
 from __future__ import annotations
@@ -26,28 +27,27 @@ import keras
 import tensorflow as tf
 
 LossFn = Callable[[Dict[str, tf.Tensor], tf.Tensor, bool], Dict[str, tf.Tensor]]
-FramesFn = Callable[[Dict[str, tf.Tensor]], tf.Tensor]
 
 
 class TrainStep:
     """Owns the step counters, accumulators and on-device metrics; `__call__(batch)` runs a step.
 
     `loss_fn(batch, step, training)` returns a dict of float32 scalars named `loss_names`, one
-    of them "total" (the loss that is differentiated). `frames_fn(batch)` gives the true
-    (unpadded) frames of a micro-batch, added to `frames` for the throughput figure;
-    `max_nonfinite_steps` (0 = never) sets when `stop` latches.
+    of them "total" (the loss that is differentiated). `max_nonfinite_steps` (0 = never) sets
+    when `stop` latches.
     """
 
     def __init__(self, model: keras.Model, optimizer, loss_fn: LossFn, *, loss_names,
                  model_device: str, grad_accum_steps: int = 1, jit_compile: bool = True,
-                 max_nonfinite_steps: int = 0, frames_fn: Optional[FramesFn] = None):
+                 max_nonfinite_steps: int = 0,
+                 on_micro_batch: Optional[Callable[[Dict[str, tf.Tensor]], None]] = None):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.model_device = model_device
         self.accum = int(grad_accum_steps)
         self.max_nonfinite_steps = int(max_nonfinite_steps)
-        self.frames_fn = frames_fn
+        self.on_micro_batch = on_micro_batch
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         variables = model.trainable_variables
         with tf.device(model_device):
@@ -60,7 +60,6 @@ class TrainStep:
             self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
             # Not checkpointed: the trainer never saves once the streak stopped training.
             self.stopped_at = tf.Variable(-1, dtype=tf.int64, trainable=False, name="stopped_at")
-            self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
             self.accumulators = [
                 tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                             name=f"accum_{i}") for i, v in enumerate(variables)
@@ -127,8 +126,8 @@ class TrainStep:
                      for g, v in zip(grads, variables)]
             for name, metric in self.loss_metrics.items():
                 metric.update_state(losses[name])
-            if self.frames_fn is not None:
-                self.frames.assign_add(tf.cast(self.frames_fn(batch), tf.int64))
+            if self.on_micro_batch is not None:
+                self.on_micro_batch(batch)
 
             if self.accum == 1:
                 finite = self._apply(grads)

@@ -127,11 +127,13 @@ class XTTSTrainer:
                                   model_device=self.model_device,
                                   grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla,
                                   max_nonfinite_steps=tc.max_nonfinite_steps,
-                                  frames_fn=lambda batch: tf.reduce_sum(batch["mel_lengths"]))
+                                  on_micro_batch=self._count_batch)
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             # Micro-batches of the current epoch already trained on (the data position).
             self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
                                               name="batch_in_epoch")
+            # True (unpadded) mel frames trained on, for frames/s (not checkpointed).
+            self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
             self.best_val_loss = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
                                              name="best_val_loss")
             self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
@@ -163,6 +165,11 @@ class XTTSTrainer:
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         return compute_losses(outputs, batch, self.config.training, step,
                               self.config.model.reduction_factor)
+
+    def _count_batch(self, batch: Batch) -> None:
+        """Inside the compiled step: the data position and the frame count stay on the device."""
+        self.batch_in_epoch.assign_add(1)
+        self.frames.assign_add(tf.cast(tf.reduce_sum(batch["mel_lengths"]), tf.int64))
 
     def _log_placement(self) -> None:
         model_vars = self.model.variables
@@ -226,11 +233,11 @@ class XTTSTrainer:
 
     def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
         """The loop reads nothing back from the model device between log points: the step and
-        micro-step counts are mirrored on the host (`step`, `micro`), the frames and losses are
-        summed on the device, and the non-finite stop flag is looked at with them (`_log`,
+        micro-step counts are mirrored on the host (`step`, `micro`), the data position, frames
+        and losses are counted on the device (`_count_batch`, the step's metrics), and the non-finite stop flag is looked at with them (`_log`,
         `validate`, `_save`), so the next step is queued while the last one runs."""
         tc = self.config.training
-        throughput = Throughput(self.step.frames)
+        throughput = Throughput(self.frames)
         self._last_save = time.monotonic()
         step = self.global_step
         micro = int(self.step.micro_step.numpy())
@@ -259,7 +266,6 @@ class XTTSTrainer:
                     throughput.add_wait(waited)
                     last_loss = self._run_step(batch)["total"]
                     first_loss = last_loss if first_loss is None else first_loss
-                    self.batch_in_epoch.assign_add(1)
                     if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
                         # The data device has read this epoch's last batch: it starts on the
                         # next epoch now, so the model device does not wait at the boundary.
