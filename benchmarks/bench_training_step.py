@@ -11,7 +11,7 @@
     python benchmarks/bench_training_step.py [--config configs/small.yaml]
         [--train-data samples/ljspeech_sample] [--epochs 3] [--feature-modes raw,cached]
         [--noxla] [--xla-vs-plain] [--data-gpu 0 --model-gpu 1]
-    python benchmarks/bench_training_step.py --loop-overhead [--steps 1000] [--repeats 3]
+    python benchmarks/bench_training_step.py --loop-overhead [--steps 2000] [--repeats 5]
 
 Every bucket shape is compiled before timing. Pipeline and staged epochs alternate (and the
 loop variants run round-robin, best of --repeats), so load from other jobs hits both alike.
@@ -188,26 +188,25 @@ def loop_overhead(args, plan, work: str) -> None:
         return steps * _epoch_seconds_per_step(trainer, (batch for _ in range(steps)))
 
     n = args.steps
-    variants = {"step alone": lambda k: bare_seconds(k),
+    variants = {"step alone": bare_seconds,
                 "fit, reads every step": lambda k: fit_seconds(k, True),
                 "fit, reads at log points": lambda k: fit_seconds(k, False)}
     for run in variants.values():
-        run(n)  # traces the step, opens the TensorBoard writers once
-    per_step = {name: [] for name in variants}
+        run(n // 10)  # traces the step
+    times = {name: [] for name in variants}
     for _ in range(args.repeats):
         for name, run in variants.items():
-            # The slope between n and 2n steps: fit's fixed costs (final checkpoint, writers)
-            # cancel out.
-            per_step[name].append((run(2 * n) - run(n)) / n)
-    us = {name: 1e6 * min(times) for name, times in per_step.items()}
-    bare = us["step alone"]
-    print(f"trivial model, {n}/{2 * n} steps, log every {tc.log_every_steps} steps, best of "
-          f"{args.repeats}:")
+            times[name].append(run(n))
+    us = {name: 1e6 * min(t) / n for name, t in times.items()}
+    print(f"trivial model, {n} steps per run (fit's start and final checkpoint included), log "
+          f"every {tc.log_every_steps} steps, best of {args.repeats}, round-robin:")
     for name in variants:
         print(f"  {name:<26} {us[name]:8.1f} us/step")
+    bare = us["step alone"]
     every, at_log = us["fit, reads every step"] - bare, us["fit, reads at log points"] - bare
     print(f"loop overhead per step: reads every step {every:.1f} us, reads at log points "
-          f"{at_log:.1f} us; ratio {every / max(at_log, 1e-9):.2f}x")
+          f"{at_log:.1f} us; ratio {every / max(at_log, 1e-9):.2f}x; whole step "
+          f"{us['fit, reads every step'] / us['fit, reads at log points']:.2f}x")
 
 
 def main() -> None:
@@ -222,8 +221,8 @@ def main() -> None:
                         help="also compare the XLA step with the plain tf.function step")
     parser.add_argument("--loop-overhead", action="store_true",
                         help="only measure fit's per-step host overhead (trivial model)")
-    parser.add_argument("--steps", type=int, default=1000, help="--loop-overhead steps")
-    parser.add_argument("--repeats", type=int, default=3, help="--loop-overhead repeats")
+    parser.add_argument("--steps", type=int, default=2000, help="--loop-overhead steps per run")
+    parser.add_argument("--repeats", type=int, default=5, help="--loop-overhead repeats")
     parser.add_argument("--data-gpu", type=int, default=None)
     parser.add_argument("--model-gpu", type=int, default=None)
     args = parser.parse_args()
