@@ -234,8 +234,9 @@ class XTTSTrainer:
     def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
         """The loop reads nothing back from the model device between log points: the step and
         micro-step counts are mirrored on the host (`step`, `micro`), the data position, frames
-        and losses are counted on the device (`_count_batch`, the step's metrics), and the non-finite stop flag is looked at with them (`_log`,
-        `validate`, `_save`), so the next step is queued while the last one runs."""
+        and losses are counted on the device (`_count_batch`, the step's metrics), and the
+        non-finite stop flag is looked at with them (`_log`, `validate`, `_save`), so the next
+        step is queued while the last one runs."""
         tc = self.config.training
         throughput = Throughput(self.frames)
         self._last_save = time.monotonic()
@@ -485,10 +486,11 @@ class XTTSTrainer:
             f"Training stopped: {tc.max_nonfinite_steps} consecutive optimizer steps had "
             f"non-finite (NaN/Inf) gradients up to step {stopped_at} (seen at step "
             f"{self.global_step}), so they were skipped and no checkpoint was written since; "
-            f"the last good checkpoint ({self.checkpoints.latest or 'none yet'}) is intact. Try a lower learning rate "
-            f"(--lr, now {tc.learning_rate:g}) or longer warmup (training.warmup_steps), "
-            f"--precision fp32 or mixed_bfloat16 instead of {self.precision.policy}, a lower "
-            f"training.clip_norm, and check the data with --validate-only.")
+            f"the last good checkpoint ({self.checkpoints.latest or 'none yet'}) is intact. "
+            f"Try a lower learning rate (--lr, now {tc.learning_rate:g}) or longer warmup "
+            f"(training.warmup_steps), --precision fp32 or mixed_bfloat16 instead of "
+            f"{self.precision.policy}, a lower training.clip_norm, and check the data with "
+            f"--validate-only.")
 
     def _oom_message(self, error: Exception) -> str:
         d, tc = self.config.data, self.config.training
