@@ -61,21 +61,22 @@ out["reset_step"] = e.global_step
 out["archives"] = len(os.listdir(os.path.join(d, "archive")))
 out["after_reset"] = sorted(n for n in os.listdir(d) if n.startswith("ckpt"))
 
-# A streak of non-finite steps stops fit() with a message; the last good checkpoint stays.
-from myxtts.data.feeder import DeviceFeeder
+# A streak of non-finite steps stops fit() with a message; the last good checkpoint stays. The
+# step latches the streak on the device and the loop sees it at the next log point (tiny.yaml:
+# every 5 steps): three NaN batches (steps 2-4) reach the limit, the finite step 5 after them
+# does not undo it, and fit() stops at step 5's log point.
 from myxtts.training.trainer import TrainingStopped
-e.config.training.max_nonfinite_steps = 3
 e.step(batch())
 good = e._save()
+# Resumes ckpt-1; the limit is compiled into the step, so it is set before the step is built.
+e = make_trainer(d, precision="mixed_float16", xla=False, max_nonfinite_steps=3)
 
 
 class NanPipeline:
     val_steps = 0
 
     def train_batches(self, epoch, device, skip_batches=0):
-        nan_batch = batch(nan=True)
-        return DeviceFeeder(tf.data.Dataset.range(5).map(lambda _: nan_batch), lambda b: b,
-                            plan.data_device, device)
+        return feeder_of([batch(nan=True)] * 3 + [batch(seed=1)] * 2, device)
 
 
 try:
@@ -171,6 +172,7 @@ class ResumeTest(unittest.TestCase):
         r = self.r
         self.assertIsNotNone(r["nan_stop"])
         self.assertIn("3 consecutive optimizer steps had non-finite", r["nan_stop"])
+        self.assertIn("up to step 4 (seen at step 5)", r["nan_stop"])
         self.assertIn("ckpt-1", r["nan_stop"])
         self.assertEqual((r["good"], r["latest_after_nan_stop"]), ("ckpt-1", "ckpt-1"))
         self.assertEqual(r["latest_step_after_nan_stop"], 1)

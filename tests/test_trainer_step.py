@@ -1,6 +1,7 @@
 """The compiled training step on the model device (fresh processes, two logical CPUs):
 placement of everything the trainer owns, gradient accumulation equal to one big batch,
-non-finite steps skipped and counted, float16 and bfloat16 steps, Muon, weight-decay
+non-finite steps skipped and counted (and a streak latching the stop flag), frames counted on
+the device, the fit loop's host-side step counting, float16 and bfloat16 steps, Muon, weight-decay
 exclusions, learning-rate schedules, the auto precision choice.
 
     python -m pytest tests/test_trainer_step.py -v
@@ -26,7 +27,8 @@ out["n_trainable"] = len(trainer.model.trainable_variables)
 out["accumulators"] = devices_of(trainer.step.accumulators)
 out["n_accumulators"] = len(trainer.step.accumulators)
 out["counters"] = devices_of([trainer.step.step, trainer.step.nonfinite_total, trainer.epoch,
-                              trainer.batch_in_epoch, trainer.best_val_loss])
+                              trainer.batch_in_epoch, trainer.best_val_loss, trainer.frames,
+                              trainer.step.stopped_at])
 out["metrics"] = devices_of([v for m in [*trainer.step.loss_metrics.values(),
                                          trainer.step.grad_norm, *trainer.val_metrics.values()]
                              for v in m.variables])
@@ -84,7 +86,14 @@ out["nan"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_non
 big.step(batch(size=8, nan=True))
 r = big.step(batch(size=8, seed=7))
 out["after_recovery"] = {"finite": bool(r["finite"]), "consecutive": int(r["consecutive_nonfinite"]),
-                         "total": int(big.step.nonfinite_total.numpy())}
+                         "total": int(big.step.nonfinite_total.numpy()), "stop": bool(r["stop"])}
+# 3 + 3 batches of 8 x 24 frames, 3 x 8 x 24 micro-batch frames, 3 NaN/finite batches of 8 x 24
+out["frames"] = [int(big.frames.numpy()), int(accum.frames.numpy())]
+
+# A streak of max_nonfinite_steps latches `stop` on the device; a finite step does not undo it.
+streak = make_trainer(os.path.join(workdir, "streak"), xla=False, max_nonfinite_steps=2)
+flags = [bool(streak.step(batch(nan=nan))["stop"]) for nan in (True, False, True, True, False)]
+out["streak"] = {"stop": flags, "stopped_at": int(streak.step.stopped_at.numpy())}
 
 # Weight decay: never on vectors (biases, norms) or embedding tables; on matrices.
 opt = big.optimizer
@@ -117,6 +126,64 @@ auto = resolve_precision("auto", plan.model_device)
 out["auto_precision"] = [auto.policy, auto.loss_scaling, auto.reason]
 print(json.dumps(out))
 """
+
+
+FIT_PROBE = SETUP + """
+# fit() with 2 micro-batches per update, a log every 2 updates, 3 updates: the loop mirrors the
+# step and micro-step counts on the host and reads the device only at log points.
+from myxtts.training.monitoring import TrainingMonitor
+trainer = make_trainer(os.path.join(workdir, "fit"), xla=False, grad_accum_steps=2,
+                       log_every_steps=2, max_steps=3)
+lengths = [24, 20, 16, 12]  # frames of each item of the batches (4 micro-batches per epoch)
+
+
+class Pipeline:
+    val_steps = 0
+
+    def train_batches(self, epoch, device, skip_batches=0):
+        return feeder_of([dict(batch(seed=i), mel_lengths=tf.fill([4], n))
+                          for i, n in enumerate(lengths)][skip_batches:], device)
+
+
+logged = []
+log_train = TrainingMonitor.log_train
+TrainingMonitor.log_train = lambda self, step, epoch, scalars: (
+    logged.append([step, epoch, scalars["frames_per_second"], scalars["data_wait_fraction"]]),
+    log_train(self, step, epoch, scalars))
+summary = trainer.fit(Pipeline())
+out["summary"] = [summary.step, summary.epoch, summary.reason]
+out["losses"] = [summary.first_loss, summary.last_loss]
+out["logged"] = logged
+out["frames"] = int(trainer.frames.numpy())
+out["position"] = [int(trainer.epoch.numpy()), int(trainer.batch_in_epoch.numpy()),
+                   int(trainer.step.micro_step.numpy())]
+out["checkpoint"] = os.path.basename(summary.checkpoint)
+print(json.dumps(out))
+"""
+
+
+class FitLoopTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.r = run_probe(FIT_PROBE)
+
+    def test_host_counts_updates_of_accumulated_micro_batches(self):
+        self.assertEqual(self.r["summary"], [3, 1, "max_steps"])
+        # 6 micro-batches: the 4 of epoch 1 and the first 2 of epoch 2.
+        self.assertEqual(self.r["position"], [1, 2, 6])
+        self.assertEqual(self.r["checkpoint"], "ckpt-3")
+
+    def test_frames_and_wait_are_read_at_the_log_point(self):
+        self.assertEqual(self.r["frames"], 4 * (24 + 20 + 16 + 12 + 24 + 20))
+        (step, epoch, frames_per_second, wait), = self.r["logged"]
+        self.assertEqual((step, epoch), (2, 0))
+        self.assertGreater(frames_per_second, 0.0)
+        self.assertTrue(0.0 <= wait <= 1.0, wait)
+
+    def test_first_and_last_loss_are_reported(self):
+        first, last = self.r["losses"]
+        self.assertTrue(0 < first < 100 and 0 < last < 100, (first, last))
+        self.assertNotEqual(first, last)
 
 
 class CompiledStepPlacementTest(unittest.TestCase):
@@ -215,6 +282,16 @@ class AccumulationAndNonFiniteTest(unittest.TestCase):
         r = self.r["after_recovery"]
         self.assertTrue(r["finite"])
         self.assertEqual((r["consecutive"], r["total"]), (0, 2))
+        self.assertFalse(r["stop"])  # 2 < the default training.max_nonfinite_steps
+
+    def test_true_frames_are_summed_on_the_device(self):
+        # big: 3 batches + 2 NaN + 1 finite, 8 items of 24 frames; accum: the same 3 batches.
+        self.assertEqual(self.r["frames"], [6 * 8 * 24, 3 * 8 * 24])
+
+    def test_a_nonfinite_streak_latches_the_stop_flag(self):
+        r = self.r["streak"]
+        self.assertEqual(r["stop"], [False, False, False, True, True])
+        self.assertEqual(r["stopped_at"], 4)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,14 @@ def batch(size=4, frames=24, tokens=10, seed=0, nan=False):
                 "ref_lengths": tf.fill([size], 30)}
 
 
+def feeder_of(items, device):
+    # What a pipeline's train_batches gives: a DeviceFeeder of these batch dicts.
+    from myxtts.data.feeder import DeviceFeeder
+    stacked = {k: tf.stack([b[k] for b in items]) for k in items[0]}
+    return DeviceFeeder(tf.data.Dataset.from_tensor_slices(stacked), lambda b: b,
+                        plan.data_device, device)
+
+
 def devices_of(variables):
     # Keras variables wrap a tf.Variable in `.value`; plain tf.Variables have `.device`.
     return sorted({(v.device if isinstance(v, tf.Variable) else v.value.device).split("/")[-1]

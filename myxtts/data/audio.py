@@ -85,10 +85,16 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,
 
 class LogMel:
     """Batched log10 mel spectrogram in a tf.function: [B, S] float32 audio → [B, 1 + S//hop,
-    n_mels]. Call it under the device that should do the work (the data device)."""
+    n_mels]. Call it under the device that should do the work (the data device).
+
+    `xla_parts` = 0: a plain tf.function (what a SavedModel holds). `xla_parts` = k > 0: XLA
+    fuses framing, the float64 window/FFT and the mel projection, and the batch's rows are split
+    into k XLA launches that the executor runs concurrently: an XLA FFT runs on one core, so on
+    a CPU data device k = its cores uses all of them (on a GPU, 1). A row's result is the same
+    either way (to float32 rounding)."""
 
     def __init__(self, sample_rate: int, n_fft: int, hop_length: int, win_length: int,
-                 n_mels: int, fmin: float, fmax: float, mel_floor: float):
+                 n_mels: int, fmin: float, fmax: float, mel_floor: float, xla_parts: int = 0):
         self.n_fft, self.hop = n_fft, hop_length
         self.n_mels = n_mels
         self.mel_floor = mel_floor
@@ -97,13 +103,18 @@ class LogMel:
         # librosa's window: periodic Hann of win_length, zero-padded to n_fft in the centre.
         self._window = librosa.util.pad_center(
             librosa.filters.get_window("hann", win_length, fftbins=True), size=n_fft)
-        self._compiled = tf.function(self._log_mel, reduce_retracing=True)
+        self.xla_parts = xla_parts
+        if xla_parts:
+            self._xla = tf.function(self._log_mel, jit_compile=True)
+            self._compiled = tf.function(self._in_parts, reduce_retracing=True)
+        else:
+            self._compiled = tf.function(self._log_mel, reduce_retracing=True)
 
     @classmethod
-    def from_config(cls, data_config) -> "LogMel":
+    def from_config(cls, data_config, xla_parts: int = 0) -> "LogMel":
         d = data_config
         return cls(d.sample_rate, d.n_fft, d.hop_length, d.win_length, d.n_mels, d.fmin, d.fmax,
-                   d.mel_floor)
+                   d.mel_floor, xla_parts)
 
     def __call__(self, audio: tf.Tensor) -> tf.Tensor:
         return self._compiled(audio)
@@ -112,6 +123,8 @@ class LogMel:
         # Frames x window and the FFT run in float64, like librosa (numpy promotes float32 audio
         # times its float64 window): in float32 the rounding of loud frames leaks ~1e-7 of their
         # energy into quiet bins, which moves near-floor log10 mels by more than 1e-3.
+        # Whatever changes these numbers must bump cache.FORMAT_VERSION: cached features are
+        # keyed by the audio settings and that version, so they are then rebuilt.
         audio = tf.convert_to_tensor(audio, tf.float32)
         half = self.n_fft // 2
         frames = tf.signal.frame(tf.pad(audio, [[0, 0], [half, half]]), self.n_fft, self.hop)
@@ -120,6 +133,12 @@ class LogMel:
         magnitude = tf.cast(tf.abs(spectrum), tf.float32)
         mel = tf.tensordot(magnitude, tf.constant(self._filters), axes=1)
         return tf.math.log(tf.maximum(mel, self.mel_floor)) / math.log(10.0)
+
+    def _in_parts(self, audio: tf.Tensor) -> tf.Tensor:
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        size = -(-tf.shape(audio)[0] // self.xla_parts)  # the last parts may get no rows
+        return tf.concat([self._xla(audio[i * size:(i + 1) * size])
+                          for i in range(self.xla_parts)], 0)
 
     def masked(self, audio: tf.Tensor, lengths: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """Log-mels of a zero-padded batch, frames past each utterance set to log10(mel_floor);

@@ -47,6 +47,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -99,11 +100,13 @@ class InputPipeline:
         # Each item's speaker reference is another utterance of its speaker (validation made
         # sure there is one): never the target itself, in either feature mode.
         self._reference_pools = reference_pools(self.items)
-        self._log_mel = audio_lib.LogMel.from_config(d)
         # XLA fuses framing, the float64 window/FFT and the mel projection (measured 1.8x the
         # plain tf.function on CPU); batches have one static shape per bucket, so it compiles
-        # once per bucket.
-        self._featurize = tf.function(self._featurize_batch, jit_compile=True)
+        # once per bucket. On a CPU data device the rows are split over its cores.
+        cpu = tf.DeviceSpec.from_string(data_device).device_type.upper() == "CPU"
+        self._log_mel = audio_lib.LogMel.from_config(d, xla_parts=os.cpu_count() if cpu else 1)
+        # Not XLA-compiled as a whole: the mel and reference-mel launches run concurrently.
+        self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
         self._bank = None

@@ -17,32 +17,33 @@ logger = logging.getLogger("myxtts.training")
 
 
 class Throughput:
-    """Frames per second and the share of wall time the model device waited for data, over the
-    window since the last `reset`."""
+    """Frames per second and the share of wall time the training loop waited for data, over the
+    window since the last `reset`.
 
-    def __init__(self):
+    The frames are counted on the model device (`frames`, XTTSTrainer.frames) and read only when
+    the figures are asked for, at log time: the loop never waits for a step to finish just to
+    count it. The wait is the time the loop blocked on the feeder; on an accelerator that runs
+    behind the host it is an upper bound of the time the device sat idle.
+    """
+
+    def __init__(self, frames: tf.Variable):
+        self._frames = frames
         self.reset()
 
     def reset(self) -> None:
         self.started = time.monotonic()
         self.wait = 0.0
-        self.compute = 0.0
-        self.frames = 0
-        self.batches = 0
+        self._frames_at_start = int(self._frames.numpy())
 
-    def add(self, wait_seconds: float, step_seconds: float, frames: int) -> None:
-        self.wait += wait_seconds
-        self.compute += step_seconds
-        self.frames += frames
-        self.batches += 1
+    def add_wait(self, seconds: float) -> None:
+        self.wait += seconds
 
-    @property
-    def frames_per_second(self) -> float:
-        return self.frames / max(time.monotonic() - self.started, 1e-9)
-
-    @property
-    def data_wait_fraction(self) -> float:
-        return self.wait / max(self.wait + self.compute, 1e-9)
+    def figures(self) -> Dict[str, float]:
+        """{"frames_per_second", "data_wait_fraction"} of the window (reads the frame count)."""
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        frames = int(self._frames.numpy()) - self._frames_at_start
+        return {"frames_per_second": frames / elapsed,
+                "data_wait_fraction": min(1.0, self.wait / elapsed)}
 
 
 def _image(matrix: np.ndarray) -> np.ndarray:
@@ -65,13 +66,14 @@ class TrainingMonitor:
         self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", disable=None,
                         dynamic_ncols=True, mininterval=0.5)
 
-    def progress(self, loss: float, throughput: Throughput) -> None:
+    def progress(self) -> None:
+        """One optimizer step done (the figures next to the bar change at log time)."""
         self.bar.update(1)
-        self.bar.set_postfix_str(f"loss {loss:.4f} | {throughput.frames_per_second:,.0f} "
-                                 f"frames/s | data wait {throughput.data_wait_fraction:.0%}",
-                                 refresh=False)
 
     def log_train(self, step: int, epoch: int, scalars: Dict[str, float]) -> None:
+        self.bar.set_postfix_str(f"loss {scalars['loss/total']:.4f} | "
+                                 f"{scalars['frames_per_second']:,.0f} frames/s | data wait "
+                                 f"{scalars['data_wait_fraction']:.0%}", refresh=False)
         with self.train_writer.as_default(step=step):
             for name, value in scalars.items():
                 tf.summary.scalar(name, value)

@@ -11,12 +11,17 @@ whose norm we log. The accumulators below are the few lines that replace it.
 
 Non-finite updates are skipped and counted: under float16 the LossScaleOptimizer skips them and
 halves the scale; otherwise the update is not applied. The counters live on the model device and
-are checkpointed by the trainer.
+are checkpointed by the trainer. When `max_nonfinite_steps` consecutive updates were non-finite
+the step latches `stopped_at` (the step at which the streak reached the limit) and returns
+`stop`; nothing is read back to the host here, so the caller can queue the next step at once and
+look at the flag when it reads its other figures (the trainer: at its log, validation and
+checkpoint points). `on_micro_batch(batch)` runs inside the compiled step for the caller's own
+device-side counts (the trainer: data position and true frames).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import keras
 import tensorflow as tf
@@ -28,16 +33,21 @@ class TrainStep:
     """Owns the step counters, accumulators and on-device metrics; `__call__(batch)` runs a step.
 
     `loss_fn(batch, step, training)` returns a dict of float32 scalars named `loss_names`, one
-    of them "total" (the loss that is differentiated).
+    of them "total" (the loss that is differentiated). `max_nonfinite_steps` (0 = never) sets
+    when `stop` latches.
     """
 
     def __init__(self, model: keras.Model, optimizer, loss_fn: LossFn, *, loss_names,
-                 model_device: str, grad_accum_steps: int = 1, jit_compile: bool = True):
+                 model_device: str, grad_accum_steps: int = 1, jit_compile: bool = True,
+                 max_nonfinite_steps: int = 0,
+                 on_micro_batch: Optional[Callable[[Dict[str, tf.Tensor]], None]] = None):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
         self.model_device = model_device
         self.accum = int(grad_accum_steps)
+        self.max_nonfinite_steps = int(max_nonfinite_steps)
+        self.on_micro_batch = on_micro_batch
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         variables = model.trainable_variables
         with tf.device(model_device):
@@ -48,6 +58,8 @@ class TrainStep:
             self.nonfinite_consecutive = tf.Variable(0, dtype=tf.int64, trainable=False,
                                                      name="nonfinite_consecutive")
             self.micro_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+            # Not checkpointed: the trainer never saves once the streak stopped training.
+            self.stopped_at = tf.Variable(-1, dtype=tf.int64, trainable=False, name="stopped_at")
             self.accumulators = [
                 tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                             name=f"accum_{i}") for i, v in enumerate(variables)
@@ -59,9 +71,11 @@ class TrainStep:
 
     # -- public --------------------------------------------------------------------------------
     def __call__(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-        """Runs one micro-batch on the model device; returns scalars on the model device:
-        total (this micro-batch's loss), updated (an optimizer update boundary was reached),
-        finite (that update was finite), consecutive_nonfinite."""
+        """Runs one micro-batch on the model device; returns scalars on the model device
+        (nothing is read back to the host): total (this micro-batch's loss), updated (an
+        optimizer update boundary was reached), finite (that update was finite),
+        consecutive_nonfinite, stop (a non-finite streak reached max_nonfinite_steps, now or
+        earlier)."""
         with tf.device(self.model_device):
             return self._compiled(batch)
 
@@ -77,6 +91,11 @@ class TrainStep:
         if seed_generator is not None:
             state.dropout_seed = seed_generator.state.value
         return {"step_state": state}
+
+    def updates_after(self, micro_steps: int) -> bool:
+        """Whether the `micro_steps`-th micro-batch (counting `micro_step` and on) ends an
+        optimizer update: the host knows without reading the step's `updated`."""
+        return micro_steps % self.accum == 0
 
     def reset_metrics(self) -> None:
         for metric in [self.grad_norm, *self.loss_metrics.values()]:
@@ -107,6 +126,8 @@ class TrainStep:
                      for g, v in zip(grads, variables)]
             for name, metric in self.loss_metrics.items():
                 metric.update_state(losses[name])
+            if self.on_micro_batch is not None:
+                self.on_micro_batch(batch)
 
             if self.accum == 1:
                 finite = self._apply(grads)
@@ -118,7 +139,8 @@ class TrainStep:
                 updated = tf.equal(self.micro_step % self.accum, 0)
                 finite = tf.cond(updated, self._apply_accumulated, lambda: tf.constant(True))
             return {"total": loss, "updated": updated, "finite": finite,
-                    "consecutive_nonfinite": self.nonfinite_consecutive.read_value()}
+                    "consecutive_nonfinite": self.nonfinite_consecutive.read_value(),
+                    "stop": self.stopped_at.read_value() >= 0}
 
     def _apply_accumulated(self):
         finite = self._apply([acc.read_value() for acc in self.accumulators])
@@ -142,6 +164,9 @@ class TrainStep:
                                     sample_weight=tf.cast(finite, tf.float32))
         self.step.assign_add(1)
         self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
-        self.nonfinite_consecutive.assign(
+        streak = self.nonfinite_consecutive.assign(
             tf.where(finite, tf.constant(0, tf.int64), self.nonfinite_consecutive + 1))
+        if self.max_nonfinite_steps:
+            reached = (self.stopped_at < 0) & (streak >= self.max_nonfinite_steps)
+            self.stopped_at.assign(tf.where(reached, self.step.read_value(), self.stopped_at))
         return finite

@@ -76,6 +76,10 @@ def _timed(batches: Iterable[Batch]):
         yield batch, time.monotonic() - started
 
 
+def _float_or_none(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
 def _mean_measures(prefix: str, measures: List[Dict[str, float]]) -> Dict[str, float]:
     """{"<prefix>/focus": mean focus, ...} over items."""
     if not measures:
@@ -121,11 +125,15 @@ class XTTSTrainer:
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
             self.step = TrainStep(model, self.optimizer, self._losses, loss_names=LOSS_NAMES,
                                   model_device=self.model_device,
-                                  grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla)
+                                  grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla,
+                                  max_nonfinite_steps=tc.max_nonfinite_steps,
+                                  on_micro_batch=self._count_batch)
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             # Micro-batches of the current epoch already trained on (the data position).
             self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
                                               name="batch_in_epoch")
+            # True (unpadded) mel frames trained on, for frames/s (not checkpointed).
+            self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
             self.best_val_loss = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
                                              name="best_val_loss")
             self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
@@ -157,6 +165,11 @@ class XTTSTrainer:
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         return compute_losses(outputs, batch, self.config.training, step,
                               self.config.model.reduction_factor)
+
+    def _count_batch(self, batch: Batch) -> None:
+        """Inside the compiled step: the data position and the frame count stay on the device."""
+        self.batch_in_epoch.assign_add(1)
+        self.frames.assign_add(tf.cast(tf.reduce_sum(batch["mel_lengths"]), tf.int64))
 
     def _log_placement(self) -> None:
         model_vars = self.model.variables
@@ -219,9 +232,16 @@ class XTTSTrainer:
             monitor.close()
 
     def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
+        """The loop reads nothing back from the model device between log points: the step and
+        micro-step counts are mirrored on the host (`step`, `micro`), the data position, frames
+        and losses are counted on the device (`_count_batch`, the step's metrics), and the
+        non-finite stop flag is looked at with them (`_log`, `validate`, `_save`), so the next
+        step is queued while the last one runs."""
         tc = self.config.training
-        throughput = Throughput()
+        throughput = Throughput(self.frames)
         self._last_save = time.monotonic()
+        step = self.global_step
+        micro = int(self.step.micro_step.numpy())
         first_loss = last_loss = None
         reason = None
         start_delay = tc.model_start_delay
@@ -244,21 +264,18 @@ class XTTSTrainer:
                     self._wait_for_data(feeder, start_delay)
                     start_delay = 0.0
                 for batch, waited in _timed(feeder):
-                    started = time.monotonic()
-                    out = self._run_step(batch)
-                    throughput.add(waited, time.monotonic() - started, int(out["frames"]))
-                    self.batch_in_epoch.assign_add(1)
-                    last_loss = float(out["total"])
+                    throughput.add_wait(waited)
+                    last_loss = self._run_step(batch)["total"]
                     first_loss = last_loss if first_loss is None else first_loss
-                    monitor.progress(last_loss, throughput)
                     if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
                         # The data device has read this epoch's last batch: it starts on the
                         # next epoch now, so the model device does not wait at the boundary.
                         upcoming = pipeline.train_batches(epoch + 1, self.model_device)
-                    if out["updated"]:
-                        if int(out["consecutive_nonfinite"]) >= tc.max_nonfinite_steps:
-                            self._raise_nonfinite()
-                        reason = self._after_update(monitor, throughput, pipeline)
+                    micro += 1
+                    if self.step.updates_after(micro):
+                        step += 1
+                        monitor.progress()
+                        reason = self._after_update(step, monitor, throughput, pipeline)
                         if reason:
                             break
                 else:
@@ -273,8 +290,8 @@ class XTTSTrainer:
         logger.info("Training stopped at step %d (%s). Checkpoint: %s", self.global_step,
                     reason, path or self.checkpoints.latest)
         return FitSummary(self.global_step, int(self.epoch.numpy()), reason,
-                          path or self.checkpoints.latest, self._best_or_none(), first_loss,
-                          last_loss)
+                          path or self.checkpoints.latest, self._best_or_none(),
+                          _float_or_none(first_loss), _float_or_none(last_loss))
 
     @staticmethod
     def _wait_for_data(feeder, seconds: float) -> None:
@@ -287,20 +304,17 @@ class XTTSTrainer:
                     100 * fill, feeder.queued, feeder.capacity, time.monotonic() - started,
                     seconds)
 
-    def _run_step(self, batch: Batch) -> Dict[str, np.ndarray]:
+    def _run_step(self, batch: Batch) -> Dict[str, tf.Tensor]:
         try:
-            out = self.step(batch)
-            frames = tf.reduce_sum(batch["mel_lengths"])
-            return {k: v.numpy() for k, v in out.items()} | {"frames": frames.numpy()}
+            return self.step(batch)
         except tf.errors.ResourceExhaustedError as e:
             raise TrainingStopped(self._oom_message(e)) from None
 
-    def _after_update(self, monitor: TrainingMonitor, throughput: Throughput,
+    def _after_update(self, step: int, monitor: TrainingMonitor, throughput: Throughput,
                       pipeline) -> Optional[str]:
-        """Logging, validation, checkpoints and stop conditions after an optimizer update.
+        """Logging, validation, checkpoints and stop conditions after optimizer update `step`.
         Returns a stop reason, or None to go on."""
         tc = self.config.training
-        step = self.global_step
         if step % tc.log_every_steps == 0:
             self._log(monitor, throughput, step)
         if self._stop_signal is not None:
@@ -318,13 +332,13 @@ class XTTSTrainer:
         return None
 
     def _log(self, monitor: TrainingMonitor, throughput: Throughput, step: int) -> None:
+        self._stop_if_nonfinite()
         scalars = {f"loss/{k}": v for k, v in self.step.metric_results().items()
                    if k != "grad_norm"}
         scalars.update(grad_norm=self.step.metric_results()["grad_norm"],
                        learning_rate=self.step.learning_rate(),
                        loss_scale=self.step.loss_scale(),
-                       frames_per_second=throughput.frames_per_second,
-                       data_wait_fraction=throughput.data_wait_fraction,
+                       **throughput.figures(),
                        nonfinite_steps=float(self.step.nonfinite_total.numpy()))
         monitor.log_train(step, int(self.epoch.numpy()), scalars)
         self.step.reset_metrics()
@@ -352,6 +366,7 @@ class XTTSTrainer:
         """Teacher-forced losses over the validation batches and one free-running decode;
         keeps best/ and model_info.json up to date. Returns True when early stopping triggers."""
         tc = self.config.training
+        self._stop_if_nonfinite()
         for metric in self.val_metrics.values():
             metric.reset_state()
         first = None
@@ -446,6 +461,7 @@ class XTTSTrainer:
 
     # -- checkpoints, stopping -----------------------------------------------------------------
     def _save(self) -> Optional[str]:
+        self._stop_if_nonfinite()
         path = self.checkpoints.save(self.global_step)
         self._last_save = time.monotonic()
         update_model_info(self.directory, steps_trained=self.global_step,
@@ -457,16 +473,24 @@ class XTTSTrainer:
         best = float(self.best_val_loss.numpy())
         return None if math.isinf(best) else best
 
-    def _raise_nonfinite(self) -> None:
+    def _stop_if_nonfinite(self) -> None:
+        """Raises TrainingStopped if a non-finite streak reached training.max_nonfinite_steps
+        since the last look (the step latched it on the device; the loop looks at every log,
+        validation and checkpoint point, so at most log_every_steps - 1 steps later, and never
+        saves after it)."""
+        stopped_at = int(self.step.stopped_at.numpy())
+        if stopped_at < 0:
+            return
         tc = self.config.training
         raise TrainingStopped(
             f"Training stopped: {tc.max_nonfinite_steps} consecutive optimizer steps had "
-            f"non-finite (NaN/Inf) gradients at step {self.global_step}, so they were skipped "
-            f"and no checkpoint was written; the last good checkpoint "
-            f"({self.checkpoints.latest or 'none yet'}) is intact. Try a lower learning rate "
-            f"(--lr, now {tc.learning_rate:g}) or longer warmup (training.warmup_steps), "
-            f"--precision fp32 or mixed_bfloat16 instead of {self.precision.policy}, a lower "
-            f"training.clip_norm, and check the data with --validate-only.")
+            f"non-finite (NaN/Inf) gradients up to step {stopped_at} (seen at step "
+            f"{self.global_step}), so they were skipped and no checkpoint was written since; "
+            f"the last good checkpoint ({self.checkpoints.latest or 'none yet'}) is intact. "
+            f"Try a lower learning rate (--lr, now {tc.learning_rate:g}) or longer warmup "
+            f"(training.warmup_steps), --precision fp32 or mixed_bfloat16 instead of "
+            f"{self.precision.policy}, a lower training.clip_norm, and check the data with "
+            f"--validate-only.")
 
     def _oom_message(self, error: Exception) -> str:
         d, tc = self.config.data, self.config.training
