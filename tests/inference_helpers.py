@@ -47,3 +47,17 @@ def make_checkpoint(checkpoint_dir: str, step: int = 1):
         variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
     trainer.step.step.assign(step)
     return trainer.checkpoints.save(step), trainer.model.get_weights()
+
+
+def make_vocoder_checkpoint(directory: str, step: int = 1):
+    """A tiny-preset vocoder checkpoint directory written by the real VocoderTrainer (weights
+    moved off their initial values, no training steps); returns (prefix, generator weights)."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.training.vocoder_trainer import VocoderTrainer
+    config = tiny_inference_config(directory)
+    trainer = VocoderTrainer(config, model_device="/CPU:0")
+    rng = np.random.default_rng(100 + step)
+    for variable in trainer.generator.trainable_variables:
+        variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
+    trainer.step.step.assign(step)
+    return trainer.checkpoints.save(step), trainer.generator.get_weights()

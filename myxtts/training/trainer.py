@@ -17,7 +17,6 @@ import logging
 import math
 import os
 import signal
-import threading
 import time
 from typing import Dict, Iterable, List, Optional
 
@@ -36,6 +35,7 @@ from myxtts.training.losses import compute_losses
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.optimization import build_optimizer
 from myxtts.training.precision import apply_precision, resolve_precision
+from myxtts.training.signals import install_stop_handlers, restore_handlers
 from myxtts.training.step import TrainStep
 
 logger = logging.getLogger("myxtts.training")
@@ -481,23 +481,11 @@ class XTTSTrainer:
                 f"({self.checkpoints.latest or 'none yet'}) is intact.")
 
     def _install_signal_handlers(self):
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
+        return install_stop_handlers(self._on_stop_signal)
 
-        def handler(signum, _frame):
-            logger.warning("%s received: saving a checkpoint after the current step, then "
-                           "exiting (send it again to exit immediately).",
-                           signal.Signals(signum).name)
-            self._stop_signal = signum
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-        return previous
+    def _on_stop_signal(self, signum: int) -> None:
+        self._stop_signal = signum
 
     @staticmethod
     def _restore_signal_handlers(previous) -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        restore_handlers(previous)
