@@ -41,6 +41,22 @@ class GeneratorTest(unittest.TestCase):
                 self.assertEqual(audio.shape, (2, 3 * hop))
                 self.assertEqual(audio.dtype, tf.float32)
 
+    def test_tf_checkpoint_holds_every_weight_of_generator_and_discriminators(self):
+        from myxtts.vocoder.discriminators import (MultiPeriodDiscriminator,
+                                                   MultiScaleDiscriminator)
+        from myxtts.vocoder.generator import HiFiGANGenerator
+        config = tiny()
+        models = {"generator": HiFiGANGenerator.from_config(config),
+                  "mpd": MultiPeriodDiscriminator(width=0.125),
+                  "msd": MultiScaleDiscriminator(width=0.125, grouped=False)}
+        with tempfile.TemporaryDirectory() as directory:
+            path = tf.train.Checkpoint(**models).save(os.path.join(directory, "ckpt"))
+            saved = [name for name, _ in tf.train.list_variables(path)]
+        for name, model in models.items():
+            with self.subTest(model=name):
+                self.assertEqual(len([n for n in saved if n.startswith(f"{name}/")]),
+                                 len(model.weights))
+
     def test_upsample_rates_must_multiply_to_the_hop(self):
         with self.assertRaisesRegex(ConfigError, r"vocoder.upsample_rates .* data.hop_length"):
             tiny(**{"vocoder.upsample_rates": [8, 8, 2]})

@@ -15,6 +15,7 @@ from typing import List, Sequence, Tuple
 import keras
 import tensorflow as tf
 
+from myxtts.models.layers import indexed
 from myxtts.vocoder.generator import LRELU_SLOPE
 
 Outputs = List[Tuple[tf.Tensor, List[tf.Tensor]]]
@@ -30,10 +31,10 @@ class PeriodDiscriminator(keras.layers.Layer):
     def __init__(self, period: int, width: float, **kwargs):
         super().__init__(**kwargs)
         self.period = period
-        self.convs = [keras.layers.Conv2D(_width(c, width), (5, 1), strides=(s, 1),
-                                          padding="same", name=f"conv_{i}")
-                      for i, (c, s) in enumerate([(32, 3), (128, 3), (512, 3), (1024, 3),
-                                                  (1024, 1)])]
+        self.convs = indexed(self, "conv", [
+            keras.layers.Conv2D(_width(c, width), (5, 1), strides=(s, 1), padding="same",
+                                name=f"conv_{i}")
+            for i, (c, s) in enumerate([(32, 3), (128, 3), (512, 3), (1024, 3), (1024, 1)])])
         self.post = keras.layers.Conv2D(1, (3, 1), padding="same", name="post")
 
     def call(self, audio):
@@ -68,6 +69,7 @@ class ScaleDiscriminator(keras.layers.Layer):
             self.convs.append(keras.layers.Conv1D(out, k, strides=s, groups=groups,
                                                   padding="same", name=f"conv_{i}"))
             previous = out
+        indexed(self, "conv", self.convs)
         self.post = keras.layers.Conv1D(1, 3, padding="same", name="post")
 
     def call(self, audio):
@@ -85,8 +87,8 @@ class MultiPeriodDiscriminator(keras.Model):
     def __init__(self, periods: Sequence[int] = (2, 3, 5, 7, 11), width: float = 1.0, **kwargs):
         kwargs.setdefault("name", "mpd")
         super().__init__(**kwargs)
-        self.discriminators = [PeriodDiscriminator(p, width, name=f"period_{p}")
-                               for p in periods]
+        self.discriminators = indexed(self, "discriminator", [
+            PeriodDiscriminator(p, width, name=f"period_{p}") for p in periods])
         self(tf.zeros([1, 64]))
 
     def call(self, audio) -> Outputs:
@@ -99,8 +101,8 @@ class MultiScaleDiscriminator(keras.Model):
     def __init__(self, scales: int = 3, width: float = 1.0, grouped: bool = True, **kwargs):
         kwargs.setdefault("name", "msd")
         super().__init__(**kwargs)
-        self.discriminators = [ScaleDiscriminator(width, grouped, name=f"scale_{i}")
-                               for i in range(scales)]
+        self.discriminators = indexed(self, "discriminator", [
+            ScaleDiscriminator(width, grouped, name=f"scale_{i}") for i in range(scales)])
         self(tf.zeros([1, 64]))
 
     def call(self, audio) -> Outputs:

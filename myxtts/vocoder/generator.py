@@ -25,6 +25,8 @@ from typing import List, Sequence, Tuple
 import keras
 import tensorflow as tf
 
+from myxtts.models.layers import indexed
+
 LRELU_SLOPE = 0.1
 
 
@@ -73,10 +75,12 @@ class ResBlock(keras.layers.Layer):
     def __init__(self, channels: int, kernel: int, dilations: Sequence[int], kind: int,
                  **kwargs):
         super().__init__(**kwargs)
-        self.convs1 = [keras.layers.Conv1D(channels, kernel, dilation_rate=d, padding="same",
-                                           name=f"conv1_{i}") for i, d in enumerate(dilations)]
-        self.convs2 = [keras.layers.Conv1D(channels, kernel, padding="same", name=f"conv2_{i}")
-                       for i in range(len(dilations))] if kind == 1 else []
+        self.convs1 = indexed(self, "conv1", [
+            keras.layers.Conv1D(channels, kernel, dilation_rate=d, padding="same",
+                                name=f"conv1_{i}") for i, d in enumerate(dilations)])
+        self.convs2 = indexed(self, "conv2", [
+            keras.layers.Conv1D(channels, kernel, padding="same", name=f"conv2_{i}")
+            for i in range(len(dilations))] if kind == 1 else [])
 
     def call(self, x):
         for i, conv in enumerate(self.convs1):
@@ -105,8 +109,10 @@ class HiFiGANGenerator(keras.Model):
             width = max(1, channels // 2 ** (i + 1))
             self.ups.append(keras.layers.Conv1DTranspose(
                 width, 2 * rate if rate > 1 else 1, strides=rate, padding="same", name=f"up_{i}"))
-            self.mrfs.append([ResBlock(width, k, d, spec.resblock, name=f"mrf_{i}_{j}")
-                              for j, (k, d) in enumerate(zip(spec.kernels, spec.dilations))])
+            self.mrfs.append(indexed(self, f"mrf_{i}", [
+                ResBlock(width, k, d, spec.resblock, name=f"mrf_{i}_{j}")
+                for j, (k, d) in enumerate(zip(spec.kernels, spec.dilations))]))
+        indexed(self, "up", self.ups)
         self.conv_post = keras.layers.Conv1D(1, 7, padding="same", name="conv_post")
         self(tf.zeros([1, 1, n_mels]))  # build every weight now, under the caller's device
 
