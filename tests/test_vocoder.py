@@ -1,23 +1,17 @@
-"""The HiFi-GAN vocoder stage: generator lengths, placement of everything on the model device
-(two logical CPUs, fresh process), learning, resume, and the synthesis/export round trip."""
+"""The HiFi-GAN vocoder stage: generator lengths, complete checkpoints, and training on two
+logical CPUs in a fresh process (placement, warm-up, overfit, validation, SIGTERM, resume). The
+synthesis and export round trips with a vocoder are in test_synthesize.py and test_export.py."""
 
-import json
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import unittest
 
 import numpy as np
 import pytest
-import soundfile as sf
 import tensorflow as tf
 
 from myxtts.config import ConfigError, XTTSConfig
 from tests.device_harness import run_probe
-from tests.inference_helpers import (MAX_DECODER_STEPS, REFERENCE_AUDIO, make_checkpoint,
-                                     make_vocoder_checkpoint)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -62,192 +56,173 @@ class GeneratorTest(unittest.TestCase):
             tiny(**{"vocoder.upsample_rates": [8, 8, 2]})
 
 
-DEVICE_AND_RESUME_PROBE = """
+# One fresh process with two logical CPUs (/CPU:0 data, /CPU:1 model) does everything that needs a
+# trained vocoder, so TensorFlow starts and the GAN step compiles once. The discriminators are
+# cut to periods 2, 3 and one scale: the same code with a graph half the size.
+TRAINING_PROBE = """
+import os, signal
+import keras
 import numpy as np
 from myxtts.config import XTTSConfig
+from myxtts.data.segments import SegmentPipeline
 from myxtts.training.vocoder_trainer import VocoderTrainer
 import tempfile
 
-def make(directory):
-    config = XTTSConfig.from_yaml("configs/tiny.yaml")
-    config.training.checkpoint_dir = directory
-    config.training.precision = "mixed_float16"   # a LossScaleOptimizer on each side
-    return VocoderTrainer(config, model_device=plan.model_device)
+root = tempfile.mkdtemp()
 
-rng = np.random.default_rng(0)
+def config(name, **overrides):
+    c = XTTSConfig.from_yaml("configs/tiny.yaml")
+    return c.override({"training.checkpoint_dir": os.path.join(root, name),
+                       "vocoder.mpd_periods": [2, 3], "vocoder.msd_scales": 1,
+                       "vocoder.batch_size": 1, "vocoder.learning_rate": 2e-3,
+                       "training.validate_every_steps": 12, "training.max_steps": 100,
+                       **overrides}, source="probe")
+
+def values(trainer):
+    return [np.array(v.numpy()) for v in trainer.variables]
+
+def mismatched(trainer, saved):
+    return [v.path for v, value in zip(trainer.variables, saved)
+            if not np.array_equal(np.array(v.numpy()), value)]
+
+def devices(tensors):
+    return sorted({t.value.device if isinstance(t, keras.Variable) else t.device
+                   for t in tensors})
+
+out = {}
+c = config("run")
+pipeline = SegmentPipeline(c, "samples/ljspeech_sample", data_device=plan.data_device,
+                           work_dir=c.training.checkpoint_dir)
+raw = next(iter(pipeline.train_dataset(0)))
 with tf.device(plan.data_device):
-    audio = tf.constant(rng.normal(0, 0.1, (4, 16 * 256)), tf.float32)
-    mel = tf.constant(rng.normal(-2, 1, (4, 16, 40)), tf.float32)
-    batch = {"audio": audio, "mel": mel, "mel_target": mel}
-out = {"batch": audio.device}
-directory = tempfile.mkdtemp()
-trainer = make(directory)
-warm = trainer.step(batch, adversarial=False)
+    out["featurized"] = devices(pipeline.featurize(raw).values())
+out["raw"] = devices(raw.values())
+with pipeline.train_batches(0, plan.model_device) as feeder:
+    batch = next(iter(feeder))   # one clip: a segment of one utterance
+out["batch"] = devices(batch.values())
+out["batch_shape"] = batch["audio"].shape.as_list()
+
+trainer = VocoderTrainer(c, model_device=plan.model_device)
+discriminators = [w.numpy() for w in trainer.mpd.weights + trainer.msd.weights]
+warm = [trainer.step(batch, adversarial=False) for _ in range(10)]
+out["warmup_mel"] = [float(o["mel"]) for o in warm]
+out["warmup_total_over_mel"] = float(warm[0]["total"]) / float(warm[0]["mel"])
+out["warmup_discriminators_changed"] = sum(
+    not np.array_equal(a, w.numpy())
+    for a, w in zip(discriminators, trainer.mpd.weights + trainer.msd.weights))
+out["iterations_after_warmup"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
+                                  int(trainer.step.disc.optimizer.iterations.numpy())]
 gan = trainer.step(batch, adversarial=True)
-out["outputs"] = sorted({t.device for t in list(warm.values()) + list(gan.values())})
-out["variables"] = sorted({v.value.device if hasattr(v, "value") else v.device
-                           for v in trainer.variables})
+out["iterations_after_gan"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
+                               int(trainer.step.disc.optimizer.iterations.numpy())]
+out["outputs"] = devices([*warm[0].values(), *gan.values()])
+out["variables"] = devices(trainer.variables + [trainer.step.step, trainer.epoch,
+                                                trainer.best_val_loss])
 out["n_variables"] = len(trainer.variables)
-out["loss_scale_variables"] = [v.path for v in trainer.variables if "dynamic_scale" in v.path]
-out["step_variables"] = sorted({v.device for v in [trainer.step.step, trainer.epoch,
-                                                   trainer.best_val_loss]})
-# distinct loss scales, so a restore that mixed them up (or skipped one) is caught
-trainer.step.gen.optimizer.dynamic_scale.assign(512.0)
-trainer.step.disc.optimizer.dynamic_scale.assign(64.0)
-saved = [np.array(v.numpy()) for v in trainer.variables]
-trainer.checkpoints.save(trainer.global_step)
-resumed = make(directory)
+
+# fit(): the feeder loop, validation at step 12 (best/, TensorBoard audio), and a real SIGTERM
+# sent during that validation: the next step finishes, saves and stops.
+validate = trainer.validate
+def validate_then_sigterm(monitor=None):
+    stop = validate(monitor)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return stop
+trainer.validate = validate_then_sigterm
+summary = trainer.fit(pipeline)
+out["fit"] = [summary.step, summary.reason, os.path.basename(summary.checkpoint)]
+out["best"] = sorted(os.listdir(os.path.join(c.training.checkpoint_dir, "best")))
+tags = set()
+for path in tf.io.gfile.glob(os.path.join(c.training.checkpoint_dir, "tensorboard", "val", "*")):
+    for record in tf.data.TFRecordDataset(path):
+        tags.update(v.tag for v in tf.compat.v1.Event.FromString(record.numpy()).summary.value)
+out["val_tags"] = sorted(tags)
+with open(os.path.join(c.training.checkpoint_dir, "model_info.json")) as f:
+    out["model_info"] = json.load(f)
+saved = values(trainer)
+resumed = VocoderTrainer(c, model_device=plan.model_device)   # auto-resume
 out["resumed_step"] = resumed.global_step
-out["mismatched"] = [v.path for v, value in zip(resumed.variables, saved)
-                     if not np.array_equal(np.array(v.numpy()), value)]
-out["resumed_count"] = [len(resumed.variables), len(saved)]
-out["resumed_scales"] = [float(resumed.step.gen.optimizer.dynamic_scale.numpy()),
-                         float(resumed.step.disc.optimizer.dynamic_scale.numpy())]
+out["resumed_mismatched"] = mismatched(resumed, saved)
+
+# mixed_float16: each optimizer is a LossScaleOptimizer. Every variable gets a distinct value
+# (slots, iteration counters, both loss scales), is saved, and a new trainer must restore it.
+c16 = config("fp16", **{"training.precision": "mixed_float16"})
+half = VocoderTrainer(c16, model_device=plan.model_device)
+out["fp16_variables"] = devices(half.variables)
+out["loss_scale_variables"] = [v.path for v in half.variables if "dynamic_scale" in v.path]
+rng = np.random.default_rng(0)
+for v in half.variables:
+    dtype = tf.as_dtype(v.dtype)
+    v.assign((rng.normal(0, 1, v.shape) if dtype.is_floating
+              else rng.integers(1, 1000, v.shape)).astype(dtype.as_numpy_dtype))
+half.step.gen.optimizer.dynamic_scale.assign(512.0)
+half.step.disc.optimizer.dynamic_scale.assign(64.0)
+half.step.step.assign(7)
+saved = values(half)
+half.checkpoints.save(half.global_step)
+restored = VocoderTrainer(c16, model_device=plan.model_device)
+out["fp16_restored"] = [restored.global_step, len(restored.variables), len(saved)]
+out["fp16_mismatched"] = mismatched(restored, saved)
+out["fp16_scales"] = [float(restored.step.gen.optimizer.dynamic_scale.numpy()),
+                      float(restored.step.disc.optimizer.dynamic_scale.numpy())]
 print(json.dumps(out))
 """
 
 
 @pytest.mark.slow
-class DevicePlacementAndResumeTest(unittest.TestCase):
-    """Generator, both discriminators, both optimizers and both loss scales on /CPU:1."""
+class TrainingOnTwoDevicesTest(unittest.TestCase):
+    """Segments featurized on /CPU:0; generator, discriminators, both optimizers and both loss
+    scales on /CPU:1; warm-up, overfit, validation, SIGTERM save and resume."""
 
     @classmethod
     def setUpClass(cls):
-        cls.r = run_probe(DEVICE_AND_RESUME_PROBE, timeout=600)
+        cls.r = run_probe(TRAINING_PROBE, timeout=600)
 
-    def test_batch_from_data_device_outputs_on_model_device(self):
-        self.assertTrue(self.r["batch"].endswith("CPU:0"), self.r["batch"])
-        self.assertEqual([d[-5:] for d in self.r["outputs"]], ["CPU:1"] * len(self.r["outputs"]))
-
-    def test_every_variable_including_both_loss_scales_on_model_device(self):
-        self.assertGreater(self.r["n_variables"], 100)
-        self.assertEqual(len(self.r["loss_scale_variables"]), 2, self.r["loss_scale_variables"])
-        for device in self.r["variables"] + self.r["step_variables"]:
+    def assert_on_model_device(self, devices):
+        self.assertTrue(devices)
+        for device in devices:
             self.assertTrue(device.endswith("CPU:1"), device)
 
-    def test_resume_restores_both_optimizers_and_loss_scales(self):
-        self.assertEqual(self.r["resumed_step"], 2)
-        self.assertEqual(self.r["resumed_count"][0], self.r["resumed_count"][1])
-        self.assertEqual(self.r["mismatched"], [])
-        self.assertEqual(self.r["resumed_scales"], [512.0, 64.0])
+    def test_segments_are_featurized_on_the_data_device_and_handed_to_the_model_device(self):
+        for device in self.r["raw"] + self.r["featurized"]:
+            self.assertTrue(device.endswith("CPU:0"), device)
+        self.assert_on_model_device(self.r["batch"])
+        self.assertEqual(self.r["batch_shape"], [1, 16 * 256])
 
+    def test_generator_and_discriminator_steps_keep_everything_on_the_model_device(self):
+        self.assertGreater(self.r["n_variables"], 100)
+        self.assert_on_model_device(self.r["variables"])
+        self.assert_on_model_device(self.r["outputs"])
+        self.assertEqual(len(self.r["loss_scale_variables"]), 2, self.r["loss_scale_variables"])
+        self.assert_on_model_device(self.r["fp16_variables"])
 
-@pytest.mark.slow
-class OverfitTest(unittest.TestCase):
-    def test_warmup_steps_leave_the_discriminators_alone(self):
-        from myxtts.training.vocoder_trainer import VocoderTrainer
-        with tempfile.TemporaryDirectory() as directory:
-            trainer = VocoderTrainer(tiny(**{"training.checkpoint_dir": directory}),
-                                     model_device="/CPU:0")
-            before = [w.numpy() for w in trainer.mpd.weights + trainer.msd.weights]
-            rng = np.random.default_rng(0)
-            mel = tf.constant(rng.normal(-2, 1, (2, 16, 40)), tf.float32)
-            batch = {"audio": tf.constant(rng.normal(0, 0.1, (2, 4096)), tf.float32),
-                     "mel": mel, "mel_target": mel}
-            out = trainer.step(batch, adversarial=False)
-            after = [w.numpy() for w in trainer.mpd.weights + trainer.msd.weights]
-            self.assertEqual(int(trainer.step.gen.optimizer.iterations.numpy()), 1)
-            self.assertEqual(int(trainer.step.disc.optimizer.iterations.numpy()), 0)
-            self.assertTrue(all(np.array_equal(a, b) for a, b in zip(before, after)))
-            self.assertAlmostEqual(float(out["total"]), 45.0 * np.log(10.0) * float(out["mel"]),
-                                   places=3)
-            trainer.step(batch, adversarial=True)
-            self.assertEqual(int(trainer.step.disc.optimizer.iterations.numpy()), 1)
+    def test_warmup_steps_train_the_generator_alone_on_the_mel_loss(self):
+        self.assertEqual(self.r["iterations_after_warmup"], [10, 0])
+        self.assertEqual(self.r["warmup_discriminators_changed"], 0)
+        self.assertAlmostEqual(self.r["warmup_total_over_mel"], 45.0 * np.log(10.0), places=3)
+        self.assertEqual(self.r["iterations_after_gan"], [11, 1])
 
     def test_a_few_generator_steps_on_one_clip_lower_the_mel_loss(self):
-        from myxtts.data import audio as audio_lib
-        from myxtts.training.vocoder_trainer import VocoderTrainer
-        from tests.data_samples import speech
-        with tempfile.TemporaryDirectory() as directory:
-            config = tiny(**{"training.checkpoint_dir": directory,
-                             "vocoder.learning_rate": 2e-3})
-            trainer = VocoderTrainer(config, model_device="/CPU:0")
-            samples = speech("S001")[8000:8000 + 16 * 256]
-            audio = tf.constant(samples[None])
-            mel = audio_lib.LogMel.from_config(config.data)(audio)[:, :16]
-            batch = {"audio": audio, "mel": mel, "mel_target": mel}
-            losses = [float(trainer.step(batch, adversarial=False)["mel"]) for _ in range(12)]
+        losses = self.r["warmup_mel"]
         self.assertLess(np.mean(losses[-3:]), 0.8 * np.mean(losses[:3]), losses)
 
+    def test_sigterm_saves_validation_keeps_best_and_tensorboard_audio(self):
+        self.assertEqual(self.r["fit"], [13, "signal SIGTERM", "ckpt-13"])
+        self.assertIn("checkpoint", self.r["best"])
+        for tag in ("loss/objective", "audio/clip0_hifigan", "audio/clip0_recording",
+                    "mel/generated"):
+            self.assertIn(tag, self.r["val_tags"])
+        self.assertEqual(self.r["model_info"]["stage"], "vocoder")
+        self.assertEqual(self.r["model_info"]["steps_trained"], 13)
 
-def _run(cmd, **kwargs):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
+    def test_resume_restores_everything_of_a_trained_run(self):
+        self.assertEqual(self.r["resumed_step"], 13)
+        self.assertEqual(self.r["resumed_mismatched"], [])
 
-
-@pytest.mark.slow
-class VocoderServingTest(unittest.TestCase):
-    """synthesize --vocoder-dir, and an export whose signatures run in a process that never
-    imports myxtts."""
-
-    @classmethod
-    def setUpClass(cls):
-        from myxtts.inference.export import export_saved_model
-        cls.tmp = tempfile.mkdtemp(prefix="myxtts-vocoder-test-")
-        cls.acoustic_dir = os.path.join(cls.tmp, "acoustic")
-        cls.vocoder_dir = os.path.join(cls.tmp, "vocoder")
-        make_checkpoint(cls.acoustic_dir)
-        make_vocoder_checkpoint(cls.vocoder_dir)
-        cls.result = export_saved_model(cls.acoustic_dir, os.path.join(cls.tmp, "models", "m"),
-                                        max_decoder_steps=MAX_DECODER_STEPS,
-                                        vocoder_dir=cls.vocoder_dir)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def test_synthesize_cli_writes_hifigan_audio(self):
-        out = os.path.join(self.tmp, "hello.wav")
-        done = _run([sys.executable, "-m", "myxtts.synthesize", "--checkpoint-dir",
-                     self.acoustic_dir, "--vocoder-dir", self.vocoder_dir, "--reference-audio",
-                     REFERENCE_AUDIO, "--text", "Hello there.", "--output", out,
-                     "--max-decoder-steps", str(MAX_DECODER_STEPS)], cwd=REPO)
-        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-        self.assertIn("Vocoder: HiFi-GAN", done.stderr)
-        audio, rate = sf.read(out)
-        self.assertEqual(rate, 16000)
-        # HiFi-GAN gives frames * hop samples (Griffin-Lim would give (frames - 1) * hop + win)
-        self.assertEqual(len(audio) % 256, 0)
-        self.assertGreater(np.abs(audio).max(), 0.0)
-
-    def test_vocoder_dir_that_is_an_acoustic_checkpoint_is_refused(self):
-        done = _run([sys.executable, "-m", "myxtts.synthesize", "--checkpoint-dir",
-                     self.acoustic_dir, "--vocoder-dir", self.acoustic_dir, "--reference-audio",
-                     REFERENCE_AUDIO, "--text", "Hello.", "--output",
-                     os.path.join(self.tmp, "x.wav")], cwd=REPO)
-        self.assertEqual(done.returncode, 2, done.stderr[-2000:])
-        self.assertIn("holds no HiFi-GAN generator", done.stderr)
-        self.assertNotIn("Traceback", done.stderr)
-
-    def test_fresh_process_runs_vocode_and_serving_default(self):
-        from myxtts.inference.vocoding import load_vocoder
-        self.assertIn("vocode", self.result.signatures)
-        rng = np.random.default_rng(3)
-        mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
-        lengths = np.array([20, 13], np.int32)
-        ref = np.zeros((1, 30, 40), np.float32) - 3.0
-        inputs = {"vocode/mel": mel, "vocode/mel_lengths": lengths,
-                  "serving_default/text": np.array(["Hello there."]),
-                  "serving_default/language": np.array(["en"]),
-                  "serving_default/reference_mel": ref,
-                  "serving_default/reference_lengths": np.array([30], np.int32)}
-        inputs_path = os.path.join(self.tmp, "inputs.npz")
-        outputs_path = os.path.join(self.tmp, "outputs.npz")
-        np.savez(inputs_path, **inputs)
-        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), self.result.path,
-                     inputs_path, outputs_path], cwd=self.tmp)
-        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-        report = json.loads(done.stdout.strip().splitlines()[-1])
-        self.assertFalse(report["myxtts_imported"])
-        self.assertEqual(report["requests"], {"serving_default": [], "vocode": []})
-        out = np.load(outputs_path, allow_pickle=False)
-        vocoder = load_vocoder(self.vocoder_dir)
-        waveform, waveform_lengths = vocoder(mel, lengths)
-        np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
-        np.testing.assert_array_equal(waveform_lengths, lengths * 256)
-        np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
-        self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
-        np.testing.assert_array_equal(out["serving_default/waveform_lengths"],
-                                      out["serving_default/mel_lengths"] * 256)
+    def test_resume_restores_both_optimizers_and_loss_scales(self):
+        self.assertEqual(self.r["fp16_restored"][0], 7)
+        self.assertEqual(self.r["fp16_restored"][1], self.r["fp16_restored"][2])
+        self.assertEqual(self.r["fp16_mismatched"], [])
+        self.assertEqual(self.r["fp16_scales"], [512.0, 64.0])
 
 
 if __name__ == "__main__":

@@ -308,8 +308,8 @@ class VocoderTrainer:
                 self._recordings_logged = True
                 sounds.update({f"audio/clip{i}_recording": clips["audio"][i, :int(k) * hop]
                                .numpy() for i, k in enumerate(lengths)})
-            monitor.log_validation(step, {"loss/total": val_loss, "loss/mel": val_loss}, images,
-                                   sounds, improved)
+            monitor.log_validation(step, {"loss/objective": val_loss, "loss/mel": val_loss},
+                                   images, sounds, improved)
         update_model_info(self.directory, steps_trained=step, best_val_loss=self._best_or_none(),
                           best_step=int(self.best_step.numpy()), last_val_loss=val_loss)
         patience = tc.early_stopping_patience
