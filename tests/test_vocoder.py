@@ -123,8 +123,8 @@ out["n_variables"] = len(trainer.variables)
 # fit(): the feeder loop, validation at step 12 (best/, TensorBoard audio), and a real SIGTERM
 # sent during that validation: the next step finishes, saves and stops.
 validate = trainer.validate
-def validate_then_sigterm(monitor=None):
-    stop = validate(monitor)
+def validate_then_sigterm(pipeline, monitor=None):
+    stop = validate(pipeline, monitor)
     os.kill(os.getpid(), signal.SIGTERM)
     return stop
 trainer.validate = validate_then_sigterm
