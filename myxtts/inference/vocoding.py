@@ -31,6 +31,19 @@ def trim_to_longest(mel: tf.Tensor, mel_lengths: tf.Tensor) -> tf.Tensor:
     return mel[:, :tf.reduce_max(mel_lengths)]
 
 
+def floor_padding(mel, mel_lengths, log_floor: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(mel float32 with every frame past an item's length at `log_floor` (silence), lengths
+    int32): padding frames then vocode like the end of a shorter utterance."""
+    mel = tf.convert_to_tensor(mel, tf.float32)
+    mel_lengths = tf.cast(mel_lengths, tf.int32)
+    valid = tf.sequence_mask(mel_lengths, tf.shape(mel)[1])[:, :, None]
+    return tf.where(valid, mel, tf.constant(log_floor, tf.float32)), mel_lengths
+
+
+def zero_past_lengths(waveform: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+    return waveform * tf.sequence_mask(lengths, tf.shape(waveform)[1], dtype=waveform.dtype)
+
+
 class GriffinLimVocoder:
     """`vocoder(mel [B, T, n_mels] log10, mel_lengths [B]) -> (waveform [B, S] float32,
     waveform_lengths [B] int32)`; samples past an item's length are 0.
@@ -52,15 +65,11 @@ class GriffinLimVocoder:
                 f"vocoder with train_main.py --stage vocoder, docs/vocoder.md).")
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
-        mel = tf.convert_to_tensor(mel, tf.float32)
-        mel_lengths = tf.cast(mel_lengths, tf.int32)
-        valid = tf.sequence_mask(mel_lengths, tf.shape(mel)[1])[:, :, None]
-        floored = tf.where(valid, mel, tf.constant(self.log_floor, tf.float32))
+        floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
         waveform = tf.map_fn(self.griffin_lim, floored, fn_output_signature=tf.float32)
         lengths = tf.where(mel_lengths > 0, (mel_lengths - 1) * self.hop + self.win, 0)
         lengths = tf.minimum(lengths, tf.shape(waveform)[1])
-        keep = tf.sequence_mask(lengths, tf.shape(waveform)[1], dtype=tf.float32)
-        return waveform * keep, lengths
+        return zero_past_lengths(waveform, lengths), lengths
 
 
 class VocoderError(MyXTTSError, ValueError):
@@ -92,14 +101,10 @@ class HiFiGANVocoder:
                 f"{self.generator.count_params():,} parameters).")
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
-        mel = tf.convert_to_tensor(mel, tf.float32)
-        mel_lengths = tf.cast(mel_lengths, tf.int32)
-        valid = tf.sequence_mask(mel_lengths, tf.shape(mel)[1])[:, :, None]
-        floored = tf.where(valid, mel, tf.constant(self.log_floor, tf.float32))
+        floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
         waveform = self.generator(floored, training=False)
         lengths = mel_lengths * self.hop
-        keep = tf.sequence_mask(lengths, tf.shape(waveform)[1], dtype=tf.float32)
-        return waveform * keep, lengths
+        return zero_past_lengths(waveform, lengths), lengths
 
 
 def load_vocoder(directory: str, data_config=None,

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import signal
+import threading
 import time
 from typing import Dict, Iterable, Optional
 
@@ -30,7 +31,6 @@ from myxtts.model_info import update_model_info
 from myxtts.training.checkpoints import resolve_checkpoint_path
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.precision import apply_precision, resolve_precision
-from myxtts.training.signals import install_stop_handlers, restore_handlers
 
 logger = logging.getLogger("myxtts.training")
 
@@ -64,6 +64,32 @@ def _timed(batches: Iterable[Batch]):
         if batch is None:
             return
         yield batch, time.monotonic() - started
+
+
+def install_stop_handlers(on_signal) -> Dict[int, object]:
+    """Routes SIGINT and SIGTERM to `on_signal(signum)` once (finish the step, save, stop; a
+    second signal gets the previous handler and exits at once); returns the previous handlers
+    for `restore_handlers` (nothing is installed outside the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+
+    def handler(signum, _frame):
+        logger.warning("%s received: saving a checkpoint after the current step, then "
+                       "exiting (send it again to exit immediately).",
+                       signal.Signals(signum).name)
+        on_signal(signum)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def restore_handlers(previous: Dict[int, object]) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)
 
 
 def default_device() -> str:

@@ -25,6 +25,17 @@ def _width(channels: int, width: float) -> int:
     return max(1, int(round(channels * width)))
 
 
+def _conv_stack(convs, post, x) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+    """LeakyReLU after every conv, then the output conv; returns (score map, feature maps)."""
+    features = []
+    for conv in convs:
+        x = tf.nn.leaky_relu(conv(x), LRELU_SLOPE)
+        features.append(x)
+    x = post(x)
+    features.append(x)
+    return x, features
+
+
 class PeriodDiscriminator(keras.layers.Layer):
     """Audio folded into [B, S/p, p, 1]: 2-D convs with (k, 1) kernels see every p-th sample."""
 
@@ -41,13 +52,8 @@ class PeriodDiscriminator(keras.layers.Layer):
         p = self.period
         pad = (-tf.shape(audio)[1]) % p
         x = tf.pad(audio, [[0, 0], [0, pad]], mode="REFLECT")
-        x = tf.reshape(x, [tf.shape(x)[0], -1, p, 1])
-        features = []
-        for conv in self.convs:
-            x = tf.nn.leaky_relu(conv(x), LRELU_SLOPE)
-            features.append(x)
-        x = self.post(x)
-        features.append(x)
+        x, features = _conv_stack(self.convs, self.post,
+                                  tf.reshape(x, [tf.shape(x)[0], -1, p, 1]))
         return tf.cast(tf.reshape(x, [tf.shape(x)[0], -1]), tf.float32), features
 
 
@@ -73,13 +79,7 @@ class ScaleDiscriminator(keras.layers.Layer):
         self.post = keras.layers.Conv1D(1, 3, padding="same", name="post")
 
     def call(self, audio):
-        x = audio[..., None]
-        features = []
-        for conv in self.convs:
-            x = tf.nn.leaky_relu(conv(x), LRELU_SLOPE)
-            features.append(x)
-        x = self.post(x)
-        features.append(x)
+        x, features = _conv_stack(self.convs, self.post, audio[..., None])
         return tf.cast(x[..., 0], tf.float32), features
 
 
