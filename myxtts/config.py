@@ -117,6 +117,10 @@ class TrainingConfig:
     epochs: int = _f(100, "Passes over the training set (--epochs).")
     max_steps: int = _f(0, "Stop after this many optimizer steps in total, counting resumed "
                            "ones; 0 = no limit (--max-steps).")
+    max_minutes: float = _f(0.0, "Stop and save after this many minutes of training in this "
+                                 "process (counted from the start of fit, so a resumed run "
+                                 "gets them again); 0 = no limit. Ends a time-boxed recipe "
+                                 "on any machine.")
     optimizer: str = _f("adamw", "adamw | muon.")
     learning_rate: float = _f(2e-4, "Peak learning rate (--lr).")
     lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
@@ -328,6 +332,7 @@ class XTTSConfig:
         need(t.grad_accum_steps >= 1, "training.grad_accum_steps", "must be >= 1.")
         need(t.epochs >= 1, "training.epochs", "must be >= 1.")
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
+        need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.model_start_delay >= 0, "training.model_start_delay", "must be >= 0 seconds.")

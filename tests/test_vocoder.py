@@ -56,6 +56,35 @@ class GeneratorTest(unittest.TestCase):
             tiny(**{"vocoder.upsample_rates": [8, 8, 2]})
 
 
+class TeacherForcedMelsTest(unittest.TestCase):
+    def test_gta_mels_are_frame_aligned_with_the_recordings_and_reused(self):
+        from myxtts.data import audio as audio_lib
+        from myxtts.data import cache as cache_lib
+        from myxtts.data.prepare import prepare_dataset
+        from myxtts.vocoder.gta import teacher_forced_mels
+        from tests.inference_helpers import SAMPLE_DIR, make_checkpoint, tiny_inference_config
+        with tempfile.TemporaryDirectory() as directory:
+            acoustic = os.path.join(directory, "acoustic")
+            make_checkpoint(acoustic)
+            config = tiny_inference_config(os.path.join(directory, "vocoder"))
+            items = prepare_dataset(config, SAMPLE_DIR).items["train"][:2]
+            out_dir = os.path.join(directory, "vocoder", "gta")
+            paths = teacher_forced_mels(acoustic, items, config, out_dir, "/CPU:0")
+            log_mel = audio_lib.LogMel.from_config(config.data)
+            for item in items:
+                gta = np.load(paths[item.id])
+                frames = log_mel(cache_lib.load_samples(item, config.data)[None]).shape[1]
+                self.assertEqual(gta.shape, (frames, config.data.n_mels))
+                self.assertTrue(np.all(np.isfinite(gta)))
+            with self.assertLogs("myxtts.vocoder", "INFO") as logs:
+                self.assertEqual(teacher_forced_mels(acoustic, items, config, out_dir,
+                                                     "/CPU:0"), paths)
+            self.assertIn("Reusing 2 teacher-forced mels", "".join(logs.output))
+            config.data.hop_length = 200
+            with self.assertRaisesRegex(ConfigError, "data.hop_length 256 vs 200"):
+                teacher_forced_mels(acoustic, items, config, out_dir, "/CPU:0")
+
+
 # One fresh process with two logical CPUs (/CPU:0 data, /CPU:1 model) does everything that needs a
 # trained vocoder, so TensorFlow starts and the GAN step compiles once. The discriminators are
 # cut to periods 2, 3 and one scale: the same code with a graph half the size.
@@ -143,6 +172,19 @@ resumed = VocoderTrainer(c, model_device=plan.model_device)   # auto-resume
 out["resumed_step"] = resumed.global_step
 out["resumed_mismatched"] = mismatched(resumed, saved)
 
+# training.max_minutes ends a fit by itself (after the first step here), with a checkpoint.
+trainer.config.training.max_minutes = 1e-9
+again = trainer.fit(pipeline)
+out["timed_fit"] = [again.step, again.reason, os.path.basename(again.checkpoint)]
+
+# --vocoder-init: a new run starts from the trained run's weights, with fresh optimizers.
+tuned = VocoderTrainer(config("finetune"), model_device=plan.model_device,
+                       init_from=c.training.checkpoint_dir)
+out["finetune"] = [tuned.global_step, int(tuned.step.gen.optimizer.iterations.numpy()),
+                   sum(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(
+                       tuned.generator.weights + tuned.mpd.weights + tuned.msd.weights,
+                       trainer.generator.weights + trainer.mpd.weights + trainer.msd.weights))]
+
 # mixed_float16: each optimizer is a LossScaleOptimizer. Every variable gets a distinct value
 # (slots, iteration counters, both loss scales), is saved, and a new trainer must restore it.
 c16 = config("fp16", **{"training.precision": "mixed_float16"})
@@ -171,7 +213,7 @@ print(json.dumps(out))
 @pytest.mark.slow
 class TrainingOnTwoDevicesTest(unittest.TestCase):
     """Segments featurized on /CPU:0; generator, discriminators, both optimizers and both loss
-    scales on /CPU:1; warm-up, overfit, validation, SIGTERM save and resume."""
+    scales on /CPU:1; warm-up, overfit, validation, SIGTERM save, resume, fine-tuning."""
 
     @classmethod
     def setUpClass(cls):
@@ -214,9 +256,15 @@ class TrainingOnTwoDevicesTest(unittest.TestCase):
         self.assertEqual(self.r["model_info"]["stage"], "vocoder")
         self.assertEqual(self.r["model_info"]["steps_trained"], 13)
 
+    def test_max_minutes_ends_training_by_itself(self):
+        self.assertEqual(self.r["timed_fit"], [14, "max_minutes", "ckpt-14"])
+
     def test_resume_restores_everything_of_a_trained_run(self):
         self.assertEqual(self.r["resumed_step"], 13)
         self.assertEqual(self.r["resumed_mismatched"], [])
+
+    def test_vocoder_init_starts_a_new_run_from_the_weights(self):
+        self.assertEqual(self.r["finetune"], [0, 0, 0])
 
     def test_resume_restores_both_optimizers_and_loss_scales(self):
         self.assertEqual(self.r["fp16_restored"][0], 7)

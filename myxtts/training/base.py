@@ -48,7 +48,7 @@ class FitSummary:
 
     step: int
     epoch: int
-    reason: str  # "max_steps" | "epochs" | "early_stopping" | "signal SIGTERM" | ...
+    reason: str  # "max_steps" | "max_minutes" | "epochs" | "early_stopping" | "signal SIGTERM"
     checkpoint: Optional[str]
     best_val_loss: Optional[float]
     first_loss: Optional[float] = None
@@ -160,7 +160,8 @@ class Trainer:
 
     # -- training ------------------------------------------------------------------------------
     def fit(self, pipeline) -> FitSummary:
-        """Trains until training.max_steps, training.epochs, early stopping or a signal.
+        """Trains until training.max_steps, training.max_minutes, training.epochs, early
+        stopping or a signal.
 
         `pipeline.train_batches(epoch, model_device, skip_batches=...)` gives DeviceFeeders of
         batches that are already on the model device (myxtts.data.pipeline.InputPipeline,
@@ -175,6 +176,8 @@ class Trainer:
                               self.checkpoints.latest, self._best_or_none())
         monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate)
+        self._stop_signal = None
+        self._fit_started = time.monotonic()
         previous_handlers = install_stop_handlers(self._on_stop_signal)
         try:
             return self._fit(pipeline, monitor)
@@ -275,6 +278,8 @@ class Trainer:
                 return "early_stopping"
         if tc.max_steps and step >= tc.max_steps:
             return "max_steps"
+        if tc.max_minutes and (time.monotonic() - self._fit_started) / 60.0 >= tc.max_minutes:
+            return "max_minutes"
         if (step % tc.checkpoint_every_steps == 0
                 or (time.monotonic() - self._last_save) / 60.0 >= tc.checkpoint_every_minutes):
             self._save()
