@@ -17,7 +17,8 @@ Quality (--quality): the first --num validation rows of the vocoder run (the row
 project's featurizer and back into audio by each vocoder. Against the recording: mel-cepstral
 distortion (dB, frame by frame, the cepstra and distance of myxtts.evaluation.metrics),
 log-spectral distance (dB, STFT power), and the corpus word error rate of pocketsphinx
-(myxtts.evaluation.recognizer; skipped with the reason when it cannot run). The recordings' own
+(myxtts.evaluation.recognizer; skipped with the reason when it cannot run), and the mel L1 of
+the validation loss (log10 units). The recordings' own
 row is the ceiling (MCD and LSD 0, the recogniser's WER on real speech). Griffin-Lim's output
 is centred win_length // 2 samples later than the feature frames and is shifted back first.
 All numbers come from this one run.
@@ -69,8 +70,8 @@ def speed(config, mel, presets, repeats):
     for preset in presets:
         config.vocoder.preset = preset
         generator = HiFiGANGenerator.from_config(config)
-        plain = timed(lambda g=generator: tf.function(g)(mel), repeats) / seconds
-        xla = timed(lambda g=generator: tf.function(g, jit_compile=True)(mel), repeats) / seconds
+        plain, xla = (timed(lambda f=tf.function(generator, jit_compile=jit): f(mel), repeats)
+                      / seconds for jit in (False, True))
         best = min(plain, xla)
         ratio = f"{gl / best:.1f}x faster" if best < gl else f"{best / gl:.1f}x slower"
         print(f"| HiFi-GAN {preset} | {generator.count_params():,} | {plain:.4f} | {xla:.4f} | "
@@ -144,7 +145,7 @@ def quality(config, vocoder, items):
     griffin_lim = GriffinLimVocoder(d)
     recognizer, why_not = load_recognizer("auto", [d.languages[it.language_id] for it in items])
     names = ("recordings", f"Griffin-Lim ({GRIFFIN_LIM_ITERATIONS} iterations)", "HiFi-GAN")
-    scores = {name: {"mcd": [], "lsd": [], "errors": 0, "words": 0} for name in names}
+    scores = {name: {"l1": [], "mcd": [], "lsd": [], "errors": 0, "words": 0} for name in names}
     lead = d.win_length // 2
     seconds = 0.0
     for item in items:
@@ -160,6 +161,7 @@ def quality(config, vocoder, items):
         for name, audio in zip(names, (samples, gl, hifigan)):
             own = log_mel(audio[None].astype(np.float32))[0, :frames].numpy()
             score = scores[name]
+            score["l1"].append(float(np.mean(np.abs(own - mel[0].numpy()))))
             score["mcd"].append(frame_aligned_mcd(own, mel[0].numpy()))
             score["lsd"].append(log_spectral_distance(audio, samples, d))
             if recognizer is not None:
@@ -169,12 +171,12 @@ def quality(config, vocoder, items):
                 score["words"] += words
     print(f"\n## Resynthesis of {len(items)} held-out recordings ({seconds:.0f} s): real mels → "
           f"waveform\n")
-    print("| audio | MCD dB (frame by frame) | LSD dB | WER (pocketsphinx) |")
-    print("| --- | --- | --- | --- |")
+    print("| audio | mel L1 (log10) | MCD dB (frame by frame) | LSD dB | WER (pocketsphinx) |")
+    print("| --- | --- | --- | --- | --- |")
     for name, score in scores.items():
         wer = f"{score['errors'] / score['words']:.3f}" if score["words"] else "n/a"
-        print(f"| {name} | {np.mean(score['mcd']):.2f} | {np.mean(score['lsd']):.2f} | "
-              f"{wer} |")
+        print(f"| {name} | {np.mean(score['l1']):.3f} | {np.mean(score['mcd']):.2f} | "
+              f"{np.mean(score['lsd']):.2f} | {wer} |")
     if recognizer is None:
         print(f"\n(WER not measured: {why_not}.)")
 

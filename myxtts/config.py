@@ -169,7 +169,7 @@ class VocoderConfig:
     data section's audio features and the training section's run settings (checkpoint_dir,
     max_steps, epochs, precision, xla, checkpoint/validation/log intervals, seed)."""
 
-    preset: str = _f("small", "Generator and discriminator size: tiny (CPU-trainable, ~0.2M "
+    preset: str = _f("small", "Generator and discriminator size: tiny (CPU-trainable, ~0.1M "
                               "generator parameters) | small (HiFi-GAN V2-like) | full (V1-like).")
     upsample_rates: List[int] = _f([], "Transposed-conv upsampling factors; their product must "
                                        "equal data.hop_length. Empty = derived from the hop "
