@@ -93,6 +93,18 @@ flags.DEFINE_string("resume-from", None, "Resume from this checkpoint (a prefix 
 flags.DEFINE_boolean("reset-training", False, "Start over at step 0: earlier checkpoints in "
                      "--checkpoint-dir are moved to archive/<time>/ (nothing is deleted).")
 
+# ---- stage ------------------------------------------------------------------------------------
+flags.DEFINE_enum("stage", "acoustic", ["acoustic", "vocoder"], "What to train: the acoustic "
+                  "model (text → mel) or the HiFi-GAN vocoder (mel → waveform; docs/vocoder.md). "
+                  "With vocoder, --batch-size and --lr set vocoder.batch_size and "
+                  "vocoder.learning_rate.")
+flags.DEFINE_string("vocoder-init", None, "--stage vocoder: fine-tune, starting a new run in "
+                    "--checkpoint-dir from the generator and discriminator weights of this "
+                    "vocoder checkpoint directory (or ckpt prefix).")
+flags.DEFINE_string("gta-from", None, "--stage vocoder: train on the teacher-forced mels this "
+                    "acoustic checkpoint directory predicts for the training set (with the "
+                    "matching audio), computed once into <checkpoint-dir>/gta/.")
+
 # Flags that override a config field: flag name → dotted config key.
 CONFIG_FLAGS = {
     "batch-size": "data.batch_size",
@@ -121,15 +133,22 @@ def _config_path(path: str) -> str:
 def load_config() -> XTTSConfig:
     """The YAML preset with flag overrides applied (the resolved config that gets saved)."""
     config = XTTSConfig.from_yaml(_config_path(FLAGS.config))
-    return config.override({key: FLAGS[flag].value for flag, key in CONFIG_FLAGS.items()},
+    keys = dict(CONFIG_FLAGS)
+    if FLAGS["stage"].value == "vocoder":
+        keys.update({"batch-size": "vocoder.batch_size", "lr": "vocoder.learning_rate"})
+    return config.override({key: FLAGS[flag].value for flag, key in keys.items()},
                            source="command-line flags",
-                           names={key: f"--{flag}" for flag, key in CONFIG_FLAGS.items()})
+                           names={key: f"--{flag}" for flag, key in keys.items()})
 
 
 def check_inputs(config: XTTSConfig) -> None:
     """Cheap checks, before TensorFlow is imported: there is something to do, the dataset
     folders hold metadata, the --resume-from path exists, and what earlier runs left in
     --checkpoint-dir can be read."""
+    for flag in ("vocoder-init", "gta-from"):
+        if FLAGS[flag].value and FLAGS["stage"].value != "vocoder":
+            raise UsageError(f"--{flag} trains the vocoder: add --stage vocoder (see "
+                             f"docs/vocoder.md).")
     if not FLAGS["train-data"].value:
         if FLAGS["validate-only"].value:
             raise UsageError("--validate-only needs --train-data DIR (a folder with metadata.csv "
@@ -187,6 +206,8 @@ def main(argv) -> int:
         return 0
     if FLAGS["validate-only"].value:
         return validate_only(config)
+    if FLAGS["stage"].value == "vocoder":
+        return train_vocoder(config, plan)
     return train(config, plan)
 
 
@@ -244,6 +265,36 @@ def _removed_if_not_started(work_dir: str) -> Iterator[None]:
         if not existed and os.path.isdir(work_dir):
             shutil.rmtree(work_dir, ignore_errors=True)
         raise
+
+
+def train_vocoder(config: XTTSConfig, plan) -> int:
+    """--stage vocoder: segments featurized on the data device, HiFi-GAN on the model device."""
+    # pylint: disable=import-outside-toplevel  (TensorFlow only after devices.configure)
+    from myxtts.data.segments import SegmentPipeline
+    from myxtts.training.vocoder_trainer import VocoderTrainer
+    work_dir = config.training.checkpoint_dir
+    with _removed_if_not_started(work_dir):
+        pipeline = SegmentPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
+                                   data_device=plan.data_device, work_dir=work_dir)
+        if FLAGS["gta-from"].value:
+            from myxtts.vocoder.gta import teacher_forced_mels
+            pipeline.use_teacher_forced_mels(teacher_forced_mels(
+                FLAGS["gta-from"].value, pipeline.items["train"], config,
+                os.path.join(work_dir, "gta"), plan.model_device))
+        logger.info("Vocoder will be placed on %s; segments are featurized on %s.",
+                    plan.model_device, plan.data_device)
+        trainer = VocoderTrainer(config, model_device=plan.model_device,
+                                 init_from=FLAGS["vocoder-init"].value,
+                                 resume_checkpoint=FLAGS["resume-from"].value,
+                                 reset_training=FLAGS["reset-training"].value)
+    summary = trainer.fit(pipeline)
+    print(f"Trained the vocoder to step {summary.step} ({summary.reason}); checkpoint "
+          f"{summary.checkpoint}; best validation mel L1 {summary.best_val_loss}; TensorBoard: "
+          f"tensorboard --logdir {os.path.join(work_dir, 'tensorboard')}")
+    if summary.reason.startswith("signal"):
+        import signal  # pylint: disable=import-outside-toplevel
+        return 128 + int(signal.Signals[summary.reason.split()[-1]])
+    return 0
 
 
 def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:

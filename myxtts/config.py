@@ -9,6 +9,7 @@ This module does not import TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 import typing
@@ -116,6 +117,10 @@ class TrainingConfig:
     epochs: int = _f(100, "Passes over the training set (--epochs).")
     max_steps: int = _f(0, "Stop after this many optimizer steps in total, counting resumed "
                            "ones; 0 = no limit (--max-steps).")
+    max_minutes: float = _f(0.0, "Stop and save after this many minutes of training in this "
+                                 "process (counted from the start of fit, so a resumed run "
+                                 "gets them again); 0 = no limit. Ends a time-boxed recipe "
+                                 "on any machine.")
     optimizer: str = _f("adamw", "adamw | muon.")
     learning_rate: float = _f(2e-4, "Peak learning rate (--lr).")
     lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
@@ -159,12 +164,47 @@ class TrainingConfig:
 
 
 @dataclasses.dataclass
+class VocoderConfig:
+    """The HiFi-GAN vocoder stage (`train_main.py --stage vocoder`, docs/vocoder.md). It uses the
+    data section's audio features and the training section's run settings (checkpoint_dir,
+    max_steps, epochs, precision, xla, checkpoint/validation/log intervals, seed)."""
+
+    preset: str = _f("small", "Generator and discriminator size: tiny (CPU-trainable, ~0.1M "
+                              "generator parameters) | small (HiFi-GAN V2-like) | full (V1-like).")
+    upsample_rates: List[int] = _f([], "Transposed-conv upsampling factors; their product must "
+                                       "equal data.hop_length. Empty = derived from the hop "
+                                       "(8, 8, 2, 2 for 256).")
+    upsample_initial_channel: int = _f(0, "Channels before the first upsampling; 0 = the "
+                                          "preset's (tiny 64, small 128, full 512).")
+    segment_frames: int = _f(32, "Training segment length in mel frames (x hop_length samples, "
+                                 "cut at random from each utterance on the host).")
+    batch_size: int = _f(16, "Segments per batch (--batch-size with --stage vocoder).")
+    learning_rate: float = _f(2e-4, "Adam learning rate of generator and discriminators "
+                                    "(--lr with --stage vocoder).")
+    beta_1: float = _f(0.8, "Adam beta_1 (HiFi-GAN: 0.8).")
+    beta_2: float = _f(0.99, "Adam beta_2 (HiFi-GAN: 0.99).")
+    lr_decay: float = _f(0.999, "Learning-rate factor per 1000 optimizer steps (exponential).")
+    mel_loss_weight: float = _f(45.0, "Weight of the L1 log-mel loss of the generated audio, in "
+                                      "natural-log units as in the HiFi-GAN paper (the log10 "
+                                      "mel L1 that is logged times ln 10).")
+    feature_matching_weight: float = _f(2.0, "Weight of the discriminator feature-matching loss.")
+    generator_warmup_steps: int = _f(0, "Generator-only steps (mel loss alone, no "
+                                        "discriminators) before adversarial training starts.")
+    mpd_periods: List[int] = _f([2, 3, 5, 7, 11], "Periods of the multi-period discriminator.")
+    msd_scales: int = _f(3, "Scales of the multi-scale discriminator (each halves the rate).")
+    val_clips: int = _f(4, "Validation utterances (the first N of the validation split) whose "
+                           "mel L1 picks best/ and whose audio goes to TensorBoard.")
+    val_clip_seconds: float = _f(4.0, "Longest validation clip in seconds (longer ones are cut).")
+
+
+@dataclasses.dataclass
 class XTTSConfig:
-    """The whole configuration: data, model, training."""
+    """The whole configuration: data, model, training, vocoder."""
 
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    vocoder: VocoderConfig = dataclasses.field(default_factory=VocoderConfig)
 
     # ---- loading / saving ----------------------------------------------------------------
     @classmethod
@@ -173,7 +213,8 @@ class XTTSConfig:
             raw = {}
         if not isinstance(raw, Mapping):
             raise ConfigError(f"{source}: the top level must be a mapping with sections "
-                              f"'data', 'model', 'training'; got {type(raw).__name__}.")
+                              f"'data', 'model', 'training', 'vocoder'; got "
+                              f"{type(raw).__name__}.")
         config = cls()
         sections = {f.name: f for f in dataclasses.fields(cls)}
         for name, values in raw.items():
@@ -291,6 +332,7 @@ class XTTSConfig:
         need(t.grad_accum_steps >= 1, "training.grad_accum_steps", "must be >= 1.")
         need(t.epochs >= 1, "training.epochs", "must be >= 1.")
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
+        need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.model_start_delay >= 0, "training.model_start_delay", "must be >= 0 seconds.")
@@ -299,6 +341,24 @@ class XTTSConfig:
         for key in ("checkpoint_every_steps", "validate_every_steps", "log_every_steps",
                     "max_nonfinite_steps"):
             need(getattr(t, key) >= 1, f"training.{key}", "must be >= 1.")
+
+        v = self.vocoder
+        need(v.preset in ("tiny", "small", "full"), "vocoder.preset",
+             "must be tiny, small or full.")
+        rates = list(v.upsample_rates)
+        need(not rates or (all(r > 0 for r in rates) and math.prod(rates) == d.hop_length),
+             "vocoder.upsample_rates", f"{rates} must be positive and multiply to "
+             f"data.hop_length ({d.hop_length}); leave it empty to derive them from the hop.")
+        for key in ("segment_frames", "batch_size", "msd_scales", "val_clips"):
+            need(getattr(v, key) >= 1, f"vocoder.{key}", "must be >= 1.")
+        need(v.upsample_initial_channel >= 0, "vocoder.upsample_initial_channel",
+             "must be >= 0 (0 = the preset's).")
+        need(v.learning_rate > 0 and 0 < v.lr_decay <= 1, "vocoder.learning_rate",
+             "must be positive and vocoder.lr_decay in (0, 1].")
+        need(v.generator_warmup_steps >= 0, "vocoder.generator_warmup_steps", "must be >= 0.")
+        need(len(v.mpd_periods) > 0 and all(p >= 2 for p in v.mpd_periods), "vocoder.mpd_periods",
+             "must list periods >= 2.")
+        need(v.val_clip_seconds > 0, "vocoder.val_clip_seconds", "must be positive.")
 
 
 def _type_name(tp) -> str:

@@ -1,6 +1,8 @@
 """Checkpoint → versioned SavedModel for TF Serving, on the command line.
 
     python -m myxtts.export --checkpoint-dir runs/tiny --export-dir models/myxtts
+    python -m myxtts.export --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder \
+        --export-dir models/myxtts          # HiFi-GAN audio + a `vocode` signature
     myxtts-export --checkpoint-dir runs/tiny --export-dir models/myxtts --checkpoint best
 
 Writes models/myxtts/<max existing version + 1>/ and adds/updates "myxtts" in
@@ -35,7 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Longest decode the exported graph runs (default: "
                         "model.max_decoder_steps).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
-                   help="Griffin-Lim iterations in the exported graph.")
+                   help="Griffin-Lim iterations in the exported graph (without --vocoder-dir).")
+    p.add_argument("--vocoder-dir", default=None,
+                   help="A HiFi-GAN vocoder checkpoint directory (train_main.py --stage "
+                        "vocoder): serving_default then returns its waveform, and a 'vocode' "
+                        "signature (mel in, waveform out) is added. Default: Griffin-Lim.")
+    p.add_argument("--vocoder-checkpoint", default=None,
+                   help="Which vocoder checkpoint: 'best' or a prefix. Default: the latest.")
     p.add_argument("--verbose", action="store_true",
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
     return p
@@ -52,6 +60,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 checkpoint=args.checkpoint,
                                 max_decoder_steps=args.max_decoder_steps,
                                 griffin_lim_iterations=args.griffin_lim_iters,
+                                vocoder_dir=args.vocoder_dir,
+                                vocoder_checkpoint=args.vocoder_checkpoint,
                                 model_name=args.model_name,
                                 serving_base_path=args.serving_base_path)
     print(f"Exported version {result.version} to {result.path} in {result.seconds:.1f} s")

@@ -4,6 +4,8 @@
         --text "Hello there." --output hello.wav
     myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio speaker.ogg \
         --text-file lines.txt --language de --output out/ --save-mel
+    python -m myxtts.synthesize --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder ...
+        (HiFi-GAN instead of the Griffin-Lim fallback; docs/vocoder.md)
 
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
 vocabulary, unreadable reference audio) are printed as one paragraph, without a traceback, and
@@ -52,6 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Griffin-Lim iterations (more = cleaner phase, slower).")
     p.add_argument("--verbose", action="store_true",
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
+    p.add_argument("--vocoder-dir", default=None,
+                   help="A HiFi-GAN vocoder checkpoint directory (train_main.py --stage "
+                        "vocoder); default: Griffin-Lim. The log says which one ran.")
+    p.add_argument("--vocoder-checkpoint", default=None,
+                   help="Which vocoder checkpoint: 'best' or a prefix such as ckpt-2000. "
+                        "Default: the latest in --vocoder-dir.")
     return p
 
 
@@ -84,6 +92,9 @@ def output_paths(output: str, count: int) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.vocoder_checkpoint and not args.vocoder_dir:
+        raise UsageError("--vocoder-checkpoint needs --vocoder-dir (the vocoder's checkpoint "
+                         "directory).")
     texts = read_texts(args)
     paths = output_paths(args.output, len(texts))
     require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
@@ -95,10 +106,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import soundfile as sf
 
     with quiet_tensorflow_start(args.verbose):
+        from myxtts.inference.checkpoint_loading import load_checkpoint
         from myxtts.inference.synthesizer import Synthesizer
-    synth = Synthesizer.from_checkpoint_dir(args.checkpoint_dir, args.checkpoint,
-                                            max_decoder_steps=args.max_decoder_steps,
-                                            griffin_lim_iterations=args.griffin_lim_iters)
+        from myxtts.inference.vocoding import load_vocoder
+    loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
+    vocoder = (load_vocoder(args.vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
+               if args.vocoder_dir else None)
+    synth = Synthesizer(loaded, max_decoder_steps=args.max_decoder_steps,
+                        griffin_lim_iterations=args.griffin_lim_iters, vocoder=vocoder)
     language = args.language or synth.config.data.default_language
     language_id = synth.language_id(language)
     encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio

@@ -7,7 +7,10 @@ The config makes decoding run to the length limit (stop_threshold near 1: an unt
 would end at frame 1) with few steps so the XLA decode loop compiles quickly.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import numpy as np
 
@@ -47,3 +50,26 @@ def make_checkpoint(checkpoint_dir: str, step: int = 1):
         variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
     trainer.step.step.assign(step)
     return trainer.checkpoints.save(step), trainer.model.get_weights()
+
+
+_SHARED_VOCODER = {}
+
+
+def shared_vocoder_checkpoint():
+    """(directory, generator weights) of a tiny-preset vocoder checkpoint written by the real
+    VocoderTrainer (generator weights moved off their initial values, no training steps). One
+    per test process, shared by the synthesis and export tests, which only read it (building
+    the vocoder trainer costs seconds); removed at exit."""
+    if not _SHARED_VOCODER:
+        # pylint: disable=import-outside-toplevel
+        from myxtts.training.vocoder_trainer import VocoderTrainer
+        directory = os.path.join(tempfile.mkdtemp(prefix="myxtts-vocoder-"), "vocoder")
+        atexit.register(shutil.rmtree, os.path.dirname(directory), True)
+        trainer = VocoderTrainer(tiny_inference_config(directory), model_device="/CPU:0")
+        rng = np.random.default_rng(100)
+        for variable in trainer.generator.trainable_variables:
+            variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
+        trainer.step.step.assign(1)
+        trainer.checkpoints.save(1)
+        _SHARED_VOCODER["value"] = (directory, trainer.generator.get_weights())
+    return _SHARED_VOCODER["value"]

@@ -1,5 +1,6 @@
 """SavedModel export: in-graph tokenizer, signatures, fresh-process round trip against the
-synthesizer, TF Serving requests, versioning and models.config."""
+synthesizer (Griffin-Lim, and HiFi-GAN with a `vocode` signature), TF Serving requests,
+versioning and models.config."""
 
 import json
 import os
@@ -21,9 +22,11 @@ from myxtts.inference.checkpoint_loading import LoadedCheckpoint
 from myxtts.inference.export import ServingModule, export_saved_model
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.inference.text_graph import InGraphTokenizer
+from myxtts.inference.vocoding import load_vocoder
 from myxtts.models.xtts import XTTSModel
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
-                                     make_checkpoint, tiny_inference_config)
+                                     make_checkpoint, shared_vocoder_checkpoint,
+                                     tiny_inference_config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = "Hello there, World!"
@@ -203,6 +206,45 @@ class ExportRoundTripTest(unittest.TestCase):
                 np.testing.assert_array_equal(out[f"{name}/waveform_lengths"],
                                               [(len(mel) - 1) * hop + win])
                 np.testing.assert_allclose(out[f"{name}/waveform"][0], waveform, atol=1e-3)
+
+    def test_fresh_process_runs_hifigan_serving_default_and_vocode(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint()
+        with self.assertLogs("myxtts.inference", "INFO") as logs:
+            result = export_saved_model(self.checkpoint_dir,
+                                        os.path.join(self.tmp, "hifigan", "myxtts"),
+                                        max_decoder_steps=MAX_DECODER_STEPS,
+                                        vocoder_dir=vocoder_dir)
+        self.assertTrue(any("Vocoder: HiFi-GAN" in line for line in logs.output), logs.output)
+        self.assertEqual(sorted(result.signatures), sorted([*SIGNATURES, "vocode"]))
+        rng = np.random.default_rng(3)
+        mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
+        lengths = np.array([20, 13], np.int32)
+        inputs = {k: v for k, v in self._inputs().items() if k.startswith("serving_default/")}
+        inputs.update({"vocode/mel": mel, "vocode/mel_lengths": lengths})
+        inputs_path = os.path.join(self.tmp, "hifigan-inputs.npz")
+        outputs_path = os.path.join(self.tmp, "hifigan-outputs.npz")
+        np.savez(inputs_path, **inputs)
+        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), result.path,
+                     inputs_path, outputs_path], cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        self.assertFalse(report["myxtts_imported"])
+        self.assertEqual(report["requests"], {"serving_default": [], "vocode": []})
+        out = np.load(outputs_path, allow_pickle=False)
+
+        vocoder = load_vocoder(vocoder_dir)
+        waveform, waveform_lengths = vocoder(mel, lengths)
+        np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
+        np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
+        self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
+        # serving_default: the acoustic model's mel (as with Griffin-Lim), HiFi-GAN's audio
+        synth_mel = self.synth.synthesize(TEXT, "en", self.synth.speaker_latents_from_mel(
+            self.synth.reference_mel(REFERENCE_AUDIO)))[1]
+        np.testing.assert_allclose(out["serving_default/mel"][0], synth_mel, atol=1e-4)
+        np.testing.assert_array_equal(out["serving_default/waveform_lengths"],
+                                      [len(synth_mel) * 256])
+        expected, _ = vocoder(out["serving_default/mel"], out["serving_default/mel_lengths"])
+        np.testing.assert_allclose(out["serving_default/waveform"], expected.numpy(), atol=1e-5)
 
     def test_new_exports_take_the_next_version_and_never_overwrite(self):
         export_dir = os.path.join(self.tmp, "versions", "myxtts")

@@ -1,6 +1,7 @@
-"""Synthesis CLI: playable wavs (one text, a text file), saved mels, and the user errors
-(missing checkpoint, unknown language, unknown characters, unreadable reference) as one
-paragraph on stderr with exit status 2 and no traceback."""
+"""Synthesis CLI: playable wavs (one text, a text file), saved mels, HiFi-GAN audio with
+--vocoder-dir, and the user errors (missing checkpoint, unknown language, unknown characters,
+unreadable reference, unusable vocoder) as one paragraph on stderr with exit status 2 and no
+traceback."""
 
 import contextlib
 import io
@@ -17,9 +18,10 @@ import soundfile as sf
 
 from myxtts.inference.checkpoint_loading import CheckpointMismatchError, load_checkpoint
 from myxtts.inference.synthesizer import Synthesizer
+from myxtts.inference.vocoding import VocoderError, load_vocoder
 from myxtts.synthesize import guarded_main
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
-                                     REPO, make_checkpoint)
+                                     REPO, make_checkpoint, shared_vocoder_checkpoint)
 
 SAMPLE_RATE = 16000  # configs/tiny.yaml
 N_MELS = 40
@@ -161,6 +163,40 @@ class SynthesizeCliTest(unittest.TestCase):
                 self.assertRegex(stderr, "error: .*" + message)
         self.assertFalse(os.path.exists(out))
 
+    def test_vocoder_dir_gives_hifigan_audio_and_the_log_says_so(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint()
+        output = os.path.join(self.tmp, "hifigan.wav")
+        code, stderr = self._in_process("--text", "Hello there.", "--output", output,
+                                        "--save-mel", "--vocoder-dir", vocoder_dir)
+        self.assertEqual(code, 0, stderr)
+        self.assertIn("Vocoder: HiFi-GAN", stderr)
+        self.assertNotIn("Vocoder: Griffin-Lim", stderr)
+        audio, _ = sf.read(output, dtype="float32")
+        mel = np.load(os.path.join(self.tmp, "hifigan.npy"), allow_pickle=False)
+        expected, lengths = load_vocoder(vocoder_dir)(mel[None], [len(mel)])
+        self.assertEqual(int(lengths[0]), len(mel) * 256)  # frames x hop, not Griffin-Lim's
+        np.testing.assert_allclose(audio, expected[0].numpy(), atol=2 / 32768)  # 16-bit PCM
+
+    def test_unusable_vocoder_dirs_are_refused_in_one_paragraph(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint()
+        out = os.path.join(self.tmp, "refused.wav")
+        for args, message in ((("--vocoder-dir", self.checkpoint_dir),
+                               "holds no HiFi-GAN generator"),
+                              (("--vocoder-checkpoint", "best"),
+                               "--vocoder-checkpoint needs --vocoder-dir")):
+            with self.subTest(message=message):
+                code, stderr = self._in_process("--text", "Hello.", "--output", out, *args)
+                self.assertEqual(code, 2)
+                self.assertNotIn("Traceback", stderr)
+                self.assertRegex(stderr, "error: .*" + message)
+        self.assertFalse(os.path.exists(out))
+        other = load_checkpoint(self.checkpoint_dir).config.data
+        other.hop_length = 200
+        for args, message in (((self.tmp,), "has no config.yaml"),
+                              ((vocoder_dir, None, "ckpt-7"), "no vocoder checkpoint found"),
+                              ((vocoder_dir, other), r"data.hop_length 256 \(vocoder\) vs 200")):
+            with self.subTest(message=message), self.assertRaisesRegex(VocoderError, message):
+                load_vocoder(*args)
 
 if __name__ == "__main__":
     unittest.main()

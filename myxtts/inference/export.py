@@ -13,13 +13,17 @@ Every signature is batched (leading dimension B) and named by its inputs (docs/s
   tokenize            text, language                      → tokens, token_lengths, language_ids
   reference_mel       audio [B, S] float32 at data.sample_rate, audio_lengths [B] int32
                                                             → reference_mel, reference_lengths
+  vocode              mel [B, T, n_mels] float32 log10, mel_lengths [B] int32
+                                             → waveform, waveform_lengths   (with a vocoder only)
 
 Text is cleaned and tokenized inside the graph (myxtts.inference.text_graph documents which
 cleaner steps are in the graph); phoneme models export only the token-id and speaker signatures
 (serving_default is then synthesize_tokens). The decode loop is the model's `decode` body in a
 plain graph: TF Serving refuses XLA-compiled functions on CPU unless started with
 --xla_cpu_compilation_enabled, so the export does not mark it jit_compile (the synthesizer's XLA
-decode and this graph agree to ~1e-6). Griffin-Lim runs in the graph, so serving returns audio.
+decode and this graph agree to ~1e-6). The vocoder runs in the graph, so serving returns audio:
+the HiFi-GAN generator of `vocoder_dir` when one is given (myxtts.inference.vocoding), else
+Griffin-Lim.
 
 A version is written to a temporary directory beside the versions and renamed into place, so TF
 Serving (which ignores non-numeric names) never sees a half-written version, and an existing
@@ -48,7 +52,8 @@ from myxtts.data.audio import LogMel
 from myxtts.inference.checkpoint_loading import (CONFIG_FILE, VOCAB_FILE, LoadedCheckpoint,
                                                  load_checkpoint)
 from myxtts.inference.text_graph import InGraphTokenizer
-from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
+from myxtts.inference.vocoding import (GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, load_vocoder,
+                                       trim_to_longest)
 from myxtts.model_info import FILENAME as MODEL_INFO_FILE
 
 logger = logging.getLogger("myxtts.inference")
@@ -61,13 +66,16 @@ class ServingModule(tf.Module):
     """The restored model + in-graph text front end + log-mel + Griffin-Lim, as signatures."""
 
     def __init__(self, loaded: LoadedCheckpoint, max_decoder_steps: int,
-                 griffin_lim_iterations: int, assets: Dict[str, str]):
+                 griffin_lim_iterations: int, assets: Dict[str, str], vocoder=None):
         super().__init__(name="myxtts")
         config = loaded.config
         self.model = loaded.model
         self.max_decoder_steps = max_decoder_steps
         self.stop_threshold = config.model.stop_threshold
-        self.vocoder = GriffinLimVocoder(config.data, griffin_lim_iterations)
+        self.has_vocoder_model = vocoder is not None
+        self.vocoder = vocoder or GriffinLimVocoder(config.data, griffin_lim_iterations)
+        # The generator's weights become the SavedModel's (a tracked attribute).
+        self.generator = getattr(vocoder, "generator", None)
         self.featurizer = LogMel.from_config(config.data)
         self.text_front_end = (None if loaded.tokenizer.use_phonemes else InGraphTokenizer(
             loaded.tokenizer, config.data.languages, config.model.max_text_positions))
@@ -85,6 +93,8 @@ class ServingModule(tf.Module):
             "language_ids": tf.TensorSpec([None], tf.int32, "language_ids"),
             "audio": tf.TensorSpec([None, None], tf.float32, "audio"),
             "audio_lengths": tf.TensorSpec([None], tf.int32, "audio_lengths"),
+            "mel": tf.TensorSpec([None, None, n], tf.float32, "mel"),
+            "mel_lengths": tf.TensorSpec([None], tf.int32, "mel_lengths"),
         }
 
     # ---- graph bodies ------------------------------------------------------------------------
@@ -123,6 +133,10 @@ class ServingModule(tf.Module):
         mel, lengths = self.featurizer.masked(audio, audio_lengths)
         return {"reference_mel": mel, "reference_lengths": lengths}
 
+    def vocode(self, mel, mel_lengths):
+        waveform, waveform_lengths = self.vocoder(mel, mel_lengths)
+        return {"waveform": waveform, "waveform_lengths": waveform_lengths}
+
     # ---- signatures --------------------------------------------------------------------------
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
         inputs = {
@@ -130,6 +144,8 @@ class ServingModule(tf.Module):
             "speaker_latents": ("reference_mel", "reference_lengths"),
             "reference_mel": ("audio", "audio_lengths"),
         }
+        if self.has_vocoder_model:
+            inputs["vocode"] = ("mel", "mel_lengths")
         if self.text_front_end is not None:
             inputs.update({
                 "serving_default": ("text", "language", "reference_mel", "reference_lengths"),
@@ -210,12 +226,17 @@ def _stage_assets(loaded: LoadedCheckpoint, folder: str, export_info: dict) -> D
 def export_saved_model(checkpoint_dir: str, export_dir: str, *, checkpoint: Optional[str] = None,
                        max_decoder_steps: Optional[int] = None,
                        griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS,
+                       vocoder_dir: Optional[str] = None,
+                       vocoder_checkpoint: Optional[str] = None,
                        model_name: Optional[str] = None,
                        serving_base_path: str = "/models") -> ExportResult:
     """Exports a checkpoint as <export_dir>/<next version>/ and updates models.config.
-    `serving_base_path` is where TF Serving sees the models' parent folder (in the container)."""
+    `serving_base_path` is where TF Serving sees the models' parent folder (in the container);
+    `vocoder_dir` puts that HiFi-GAN vocoder in the graph instead of Griffin-Lim."""
     started = time.monotonic()
     loaded = load_checkpoint(checkpoint_dir, checkpoint)
+    vocoder = (load_vocoder(vocoder_dir, loaded.config.data, vocoder_checkpoint)
+               if vocoder_dir else None)
     steps = int(max_decoder_steps or loaded.config.model.max_decoder_steps)
     model_name = model_name or os.path.basename(os.path.normpath(export_dir))
     os.makedirs(export_dir, exist_ok=True)
@@ -224,9 +245,10 @@ def export_saved_model(checkpoint_dir: str, export_dir: str, *, checkpoint: Opti
         with tempfile.TemporaryDirectory() as asset_dir:
             info = {"checkpoint": os.path.abspath(loaded.checkpoint_path),
                     "max_decoder_steps": steps, "griffin_lim_iterations": griffin_lim_iterations,
+                    "vocoder": vocoder.checkpoint_path if vocoder else "griffin-lim",
                     "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             module = ServingModule(loaded, steps, griffin_lim_iterations,
-                                   _stage_assets(loaded, asset_dir, info))
+                                   _stage_assets(loaded, asset_dir, info), vocoder)
             logger.info("%s", module.vocoder.describe())
             signatures = module.signatures()
             tf.saved_model.save(module, staged, signatures=signatures)

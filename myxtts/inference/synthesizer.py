@@ -61,7 +61,9 @@ class Synthesizer:
     """A restored model plus the text front end, the reference featurizer and the vocoder."""
 
     def __init__(self, loaded: LoadedCheckpoint, max_decoder_steps: Optional[int] = None,
-                 griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS):
+                 griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS, vocoder=None):
+        """`vocoder`: a myxtts.inference.vocoding.HiFiGANVocoder (load_vocoder); None =
+        Griffin-Lim."""
         self.loaded = loaded
         self.config = loaded.config
         self.model = loaded.model
@@ -70,7 +72,7 @@ class Synthesizer:
         self.sample_rate = self.config.data.sample_rate
         self.max_decoder_steps = int(max_decoder_steps or self.config.model.max_decoder_steps)
         self.log_mel = audio_lib.LogMel.from_config(self.config.data)
-        self.vocoder = GriffinLimVocoder(self.config.data, griffin_lim_iterations)
+        self.vocoder = vocoder or GriffinLimVocoder(self.config.data, griffin_lim_iterations)
         self._phonemizer = text_lib.Phonemizer() if self.tokenizer.use_phonemes else None
         d = self.config.data
         self.reference_samples = audio_lib.samples_for_frames(

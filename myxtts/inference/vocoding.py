@@ -1,18 +1,27 @@
 """Batched mel → waveform for synthesis and serving, the same ops in both.
 
-myxtts has no neural vocoder model yet, so the waveform comes from Griffin-Lim
-(myxtts.inference.griffin_lim, tf.signal): intelligible but phasey audio. `describe()` says so in
-the logs of the synthesis CLI and the exporter.
+With a trained vocoder (`--vocoder-dir V`, a `train_main.py --stage vocoder` checkpoint
+directory) the waveform comes from its HiFi-GAN generator (`load_vocoder`); without one, from
+Griffin-Lim (myxtts.inference.griffin_lim, tf.signal): intelligible but phasey audio. Both have
+the same call signature, and `describe()` says in the logs of the synthesis CLI and the exporter
+which one ran.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import Tuple
+import os
+from typing import Optional, Tuple
 
+import keras
 import tensorflow as tf
 
+from myxtts.config import XTTSConfig
+from myxtts.errors import MyXTTSError
 from myxtts.inference.griffin_lim import GriffinLim
+
+logger = logging.getLogger("myxtts.inference")
 
 GRIFFIN_LIM_ITERATIONS = 32
 
@@ -20,6 +29,19 @@ GRIFFIN_LIM_ITERATIONS = 32
 def trim_to_longest(mel: tf.Tensor, mel_lengths: tf.Tensor) -> tf.Tensor:
     """`generate`'s static-length mel [B, max_steps*r, n] cut to the longest item's frames."""
     return mel[:, :tf.reduce_max(mel_lengths)]
+
+
+def floor_padding(mel, mel_lengths, log_floor: float) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(mel float32 with every frame past an item's length at `log_floor` (silence), lengths
+    int32): padding frames then vocode like the end of a shorter utterance."""
+    mel = tf.convert_to_tensor(mel, tf.float32)
+    mel_lengths = tf.cast(mel_lengths, tf.int32)
+    valid = tf.sequence_mask(mel_lengths, tf.shape(mel)[1])[:, :, None]
+    return tf.where(valid, mel, tf.constant(log_floor, tf.float32)), mel_lengths
+
+
+def zero_past_lengths(waveform: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+    return waveform * tf.sequence_mask(lengths, tf.shape(waveform)[1], dtype=waveform.dtype)
 
 
 class GriffinLimVocoder:
@@ -38,17 +60,93 @@ class GriffinLimVocoder:
         self.griffin_lim = GriffinLim.from_config(d, iterations)
 
     def describe(self) -> str:
-        return (f"Vocoder: Griffin-Lim ({self.iterations} iterations, tf.signal). myxtts has no "
-                f"trained vocoder model yet, so mels are inverted with Griffin-Lim; expect "
-                f"intelligible but phasey audio.")
+        return (f"Vocoder: Griffin-Lim ({self.iterations} iterations, tf.signal), the fallback "
+                f"without --vocoder-dir; expect intelligible but phasey audio (train a HiFi-GAN "
+                f"vocoder with train_main.py --stage vocoder, docs/vocoder.md).")
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
-        mel = tf.convert_to_tensor(mel, tf.float32)
-        mel_lengths = tf.cast(mel_lengths, tf.int32)
-        valid = tf.sequence_mask(mel_lengths, tf.shape(mel)[1])[:, :, None]
-        floored = tf.where(valid, mel, tf.constant(self.log_floor, tf.float32))
+        floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
         waveform = tf.map_fn(self.griffin_lim, floored, fn_output_signature=tf.float32)
         lengths = tf.where(mel_lengths > 0, (mel_lengths - 1) * self.hop + self.win, 0)
         lengths = tf.minimum(lengths, tf.shape(waveform)[1])
-        keep = tf.sequence_mask(lengths, tf.shape(waveform)[1], dtype=tf.float32)
-        return waveform * keep, lengths
+        return zero_past_lengths(waveform, lengths), lengths
+
+
+class VocoderError(MyXTTSError, ValueError):
+    """A --vocoder-dir that is not a usable vocoder checkpoint, or one that does not fit the
+    acoustic model's features."""
+
+
+# Data fields whose values must agree between the acoustic model and the vocoder.
+FEATURE_FIELDS = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "fmin", "fmax",
+                  "mel_floor")
+
+
+class HiFiGANVocoder:
+    """A trained HiFi-GAN generator with GriffinLimVocoder's call signature: `vocoder(mel [B, T,
+    n_mels] log10, mel_lengths [B]) -> (waveform [B, T * hop], waveform_lengths = mel_lengths *
+    hop)`; samples past an item's length are 0. Item b of a batch equals the vocoding of
+    mel[b, :mel_lengths[b]] up to the generator's receptive field at the end (padding frames
+    are set to log10(mel_floor), silence)."""
+
+    def __init__(self, generator, data_config, checkpoint_path: str = ""):
+        self.generator = generator
+        self.hop = data_config.hop_length
+        self.log_floor = math.log10(data_config.mel_floor)
+        self.checkpoint_path = checkpoint_path
+
+    def describe(self) -> str:
+        return (f"Vocoder: HiFi-GAN {self.checkpoint_path} (upsampling "
+                f"{'x'.join(map(str, self.generator.upsample_rates))}, "
+                f"{self.generator.count_params():,} parameters).")
+
+    def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
+        floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
+        waveform = self.generator(floored, training=False)
+        lengths = mel_lengths * self.hop
+        return zero_past_lengths(waveform, lengths), lengths
+
+
+def load_vocoder(directory: str, data_config=None,
+                 checkpoint: Optional[str] = None) -> HiFiGANVocoder:
+    """The generator of vocoder checkpoint directory `directory` (its config.yaml and latest
+    ckpt-N; `checkpoint` "best" → best/, or a prefix), in float32. With `data_config` (the
+    acoustic model's), raises VocoderError when the two were trained on different features."""
+    # pylint: disable=import-outside-toplevel  (keeps this module light for Griffin-Lim users)
+    from myxtts.vocoder.generator import HiFiGANGenerator
+    config_path = os.path.join(directory, "config.yaml")
+    if not os.path.isfile(config_path):
+        raise VocoderError(f"--vocoder-dir {directory} has no config.yaml: pass the "
+                           f"--checkpoint-dir of a `train_main.py --stage vocoder` run.")
+    config = XTTSConfig.from_yaml(config_path)
+    folder = os.path.join(directory, "best") if checkpoint == "best" else directory
+    path = (tf.train.latest_checkpoint(folder) if checkpoint in (None, "", "latest", "best")
+            else checkpoint if os.path.isfile(f"{checkpoint}.index")
+            else os.path.join(directory, checkpoint))
+    if not path or not os.path.isfile(f"{path}.index"):
+        raise VocoderError(f"--vocoder-dir {directory}: no vocoder checkpoint found "
+                           f"({checkpoint or 'latest'}); train one with train_main.py --stage "
+                           f"vocoder --checkpoint-dir {directory}.")
+    names = {name for name, _ in tf.train.list_variables(path)}
+    if not any(name.startswith("generator/") for name in names):
+        raise VocoderError(f"--vocoder-dir {directory}: {path} holds no HiFi-GAN generator (is "
+                           f"it an acoustic-model checkpoint? Pass it as --checkpoint-dir and the "
+                           f"vocoder's directory as --vocoder-dir).")
+    if data_config is not None:
+        mismatch = [f"data.{f} {getattr(config.data, f)!r} (vocoder) vs "
+                    f"{getattr(data_config, f)!r} (acoustic model)" for f in FEATURE_FIELDS
+                    if getattr(config.data, f) != getattr(data_config, f)]
+        if mismatch:
+            raise VocoderError(f"--vocoder-dir {directory} was trained on other mel features "
+                               f"than the acoustic model: {'; '.join(mismatch)}. Train the "
+                               f"vocoder with the acoustic model's data section.")
+    keras.mixed_precision.set_global_policy("float32")
+    generator = HiFiGANGenerator.from_config(config)
+    try:
+        tf.train.Checkpoint(generator=generator).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        raise VocoderError(f"--vocoder-dir {directory}: {path} does not fit the generator its "
+                           f"config.yaml describes ({str(e).splitlines()[0][:200]}).") from None
+    logger.info("Loaded the HiFi-GAN vocoder %s (generator weights only).", path)
+    return HiFiGANVocoder(generator, config.data, path)

@@ -12,14 +12,8 @@ checkpoints) resume automatically from the latest in training.checkpoint_dir.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import os
-import signal
-import threading
-import time
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, List, Optional
 
 import keras
 import numpy as np
@@ -29,13 +23,12 @@ from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation.metrics import alignment_measures
 from myxtts.inference.griffin_lim import GriffinLim
-from myxtts.model_info import update_model_info
 from myxtts.models.xtts import XTTSModel
-from myxtts.training.checkpoints import CheckpointStore, resolve_checkpoint_path
+from myxtts.training.base import Batch, Trainer, TrainingStopped
+from myxtts.training.checkpoints import CheckpointStore
 from myxtts.training.losses import compute_losses
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.optimization import build_optimizer
-from myxtts.training.precision import apply_precision, resolve_precision
 from myxtts.training.step import TrainStep
 
 logger = logging.getLogger("myxtts.training")
@@ -43,41 +36,6 @@ logger = logging.getLogger("myxtts.training")
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
               "guided_attention_weight")
-
-Batch = Dict[str, tf.Tensor]
-
-
-class TrainingStopped(MyXTTSError, RuntimeError):
-    """Training cannot go on (non-finite loss streak, out of memory); the message says why and
-    what to change. The last good checkpoint is untouched."""
-
-
-@dataclasses.dataclass
-class FitSummary:
-    """How a `fit` call ended."""
-
-    step: int
-    epoch: int
-    reason: str  # "max_steps" | "epochs" | "early_stopping" | "signal SIGTERM" | ...
-    checkpoint: Optional[str]
-    best_val_loss: Optional[float]
-    first_loss: Optional[float] = None
-    last_loss: Optional[float] = None
-
-
-def _timed(batches: Iterable[Batch]):
-    """Yields (batch, seconds the caller waited for it)."""
-    iterator = iter(batches)
-    while True:
-        started = time.monotonic()
-        batch = next(iterator, None)
-        if batch is None:
-            return
-        yield batch, time.monotonic() - started
-
-
-def _float_or_none(value) -> Optional[float]:
-    return None if value is None else float(value)
 
 
 def _mean_measures(prefix: str, measures: List[Dict[str, float]]) -> Dict[str, float]:
@@ -87,11 +45,7 @@ def _mean_measures(prefix: str, measures: List[Dict[str, float]]) -> Dict[str, f
     return {f"{prefix}/{k}": float(np.mean([m[k] for m in measures])) for k in measures[0]}
 
 
-def _default_device() -> str:
-    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
-
-
-class XTTSTrainer:
+class XTTSTrainer(Trainer):
     """Builds model, optimizer and counters on `model_device`, restores the latest checkpoint
     (or `resume_checkpoint`), and trains with `fit`.
 
@@ -102,16 +56,9 @@ class XTTSTrainer:
     def __init__(self, config: XTTSConfig, model: Optional[keras.Model] = None,
                  resume_checkpoint: Optional[str] = None, model_device: Optional[str] = None,
                  *, tokenizer=None, reset_training: bool = False):
-        self.config = config
+        self._start_run(config, model_device)
         tc = config.training
-        self.model_device = model_device or _default_device()
-        self.directory = tc.checkpoint_dir
-        self._stop_signal: Optional[int] = None
-        self._last_save = time.monotonic()
         self._griffin_lim: Optional[GriffinLim] = None
-        self.precision = resolve_precision(tc.precision, self.model_device, tc.tf32)
-        apply_precision(self.precision)
-        keras.utils.set_random_seed(tc.seed)
 
         with tf.device(self.model_device):
             if model is None:
@@ -128,17 +75,7 @@ class XTTSTrainer:
                                   grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla,
                                   max_nonfinite_steps=tc.max_nonfinite_steps,
                                   on_micro_batch=self._count_batch)
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            # Micro-batches of the current epoch already trained on (the data position).
-            self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                              name="batch_in_epoch")
-            # True (unpadded) mel frames trained on, for frames/s (not checkpointed).
-            self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
-            self.best_val_loss = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
-                                             name="best_val_loss")
-            self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
-            self.bad_validations = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                               name="bad_validations")
+            self._create_run_counters()  # batch_in_epoch counts micro-batches
             self.val_metrics = {name: keras.metrics.Mean(name=f"val_{name}")
                                 for name in LOSS_NAMES}
             self._val_compiled = tf.function(self._val_step, jit_compile=tc.xla)
@@ -146,9 +83,7 @@ class XTTSTrainer:
 
         self.checkpoints = CheckpointStore(self.directory, {
             "model": model, "optimizer": self.optimizer, "step": self.step.step,
-            "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-            "nonfinite_total": self.step.nonfinite_total, "best_val_loss": self.best_val_loss,
-            "best_step": self.best_step, "bad_validations": self.bad_validations,
+            "nonfinite_total": self.step.nonfinite_total, **self.run_counters(),
             **self.step.resume_state(),
         }, keep=tc.keep_checkpoints)
         self._restore(resume_checkpoint, reset_training)
@@ -173,163 +108,23 @@ class XTTSTrainer:
 
     def _log_placement(self) -> None:
         model_vars = self.model.variables
-        devices = sorted({v.value.device.rsplit("/", 1)[-1].replace("device:", "")
-                          for v in [*model_vars, *self.optimizer.variables]})
-        params = sum(int(np.prod(v.shape)) for v in self.model.trainable_variables)
         logger.info("Model: %s parameters in %d variables; optimizer %s with %d variables "
-                    "(slots built); all on %s", f"{params:,}", len(model_vars),
+                    "(slots built); all on %s", self._parameters(self.model), len(model_vars),
                     type(self.optimizer).__name__, len(self.optimizer.variables),
-                    ", ".join(devices))
-
-    def _restore(self, resume_checkpoint: Optional[str], reset: bool) -> None:
-        store = self.checkpoints
-        if reset:
-            if resume_checkpoint:
-                raise MyXTTSError("--reset-training and --resume-from contradict each other: "
-                                  "pass one of them.")
-            store.archive("--reset-training")
-            update_model_info(self.directory, steps_trained=0, best_val_loss=None)
-            logger.info("Starting from step 0 in %s.", self.directory)
-            return
-        if resume_checkpoint:
-            latest = store.latest
-            path = resolve_checkpoint_path(resume_checkpoint)
-            step = store.restore(path)
-            logger.info("Resumed from %s (--resume-from) at step %d.", path, step)
-            if latest and os.path.abspath(latest) != os.path.abspath(path):
-                # Training from `path` would write ckpt-N names the existing checkpoints use.
-                store.archive(f"--resume-from {path}")
-            return
-        restored = store.restore_latest()
-        if restored:
-            logger.info("Resumed from %s at step %d (epoch %d). Pass --reset-training to start "
-                        "over.", *restored, int(self.epoch.numpy()) + 1)
-        else:
-            logger.info("No checkpoint in %s: starting from step 0.", self.directory)
-
-    # -- training ------------------------------------------------------------------------------
-    def fit(self, pipeline) -> FitSummary:
-        """Trains until training.max_steps, training.epochs, early stopping or a signal.
-
-        `pipeline` is a myxtts.data.pipeline.InputPipeline: `train_batches(epoch, model_device,
-        skip_batches=...)` and `val_batches(model_device)` give DeviceFeeders of batches that
-        are already on the model device.
-        """
-        tc = self.config.training
-        start_step = self.global_step
-        if tc.max_steps and start_step >= tc.max_steps:
-            logger.info("Already at step %d >= --max-steps %d: nothing to train.", start_step,
-                        tc.max_steps)
-            return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
-                              self.checkpoints.latest, self._best_or_none())
-        monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
-                                  tc.max_steps or None, start_step, self.config.data.sample_rate)
-        previous_handlers = self._install_signal_handlers()
-        try:
-            return self._fit(pipeline, monitor)
-        finally:
-            self._restore_signal_handlers(previous_handlers)
-            monitor.close()
-
-    def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
-        """The loop reads nothing back from the model device between log points: the step and
-        micro-step counts are mirrored on the host (`step`, `micro`), the data position, frames
-        and losses are counted on the device (`_count_batch`, the step's metrics), and the
-        non-finite stop flag is looked at with them (`_log`, `validate`, `_save`), so the next
-        step is queued while the last one runs."""
-        tc = self.config.training
-        throughput = Throughput(self.frames)
-        self._last_save = time.monotonic()
-        step = self.global_step
-        micro = int(self.step.micro_step.numpy())
-        first_loss = last_loss = None
-        reason = None
-        start_delay = tc.model_start_delay
-        feeder = upcoming = None
-        try:
-            while reason is None:
-                epoch = int(self.epoch.numpy())
-                if epoch >= tc.epochs:
-                    reason = "epochs"
-                    break
-                if upcoming is not None:
-                    feeder, upcoming = upcoming, None
-                else:
-                    skip = int(self.batch_in_epoch.numpy())
-                    if skip:
-                        logger.info("Epoch %d: skipping the %d batches trained before the "
-                                    "restart.", epoch + 1, skip)
-                    feeder = pipeline.train_batches(epoch, self.model_device, skip_batches=skip)
-                if start_delay > 0:
-                    self._wait_for_data(feeder, start_delay)
-                    start_delay = 0.0
-                for batch, waited in _timed(feeder):
-                    throughput.add_wait(waited)
-                    last_loss = self._run_step(batch)["total"]
-                    first_loss = last_loss if first_loss is None else first_loss
-                    if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
-                        # The data device has read this epoch's last batch: it starts on the
-                        # next epoch now, so the model device does not wait at the boundary.
-                        upcoming = pipeline.train_batches(epoch + 1, self.model_device)
-                    micro += 1
-                    if self.step.updates_after(micro):
-                        step += 1
-                        monitor.progress()
-                        reason = self._after_update(step, monitor, throughput, pipeline)
-                        if reason:
-                            break
-                else:
-                    self.epoch.assign_add(1)
-                    self.batch_in_epoch.assign(0)
-                feeder.close()
-        finally:
-            for open_feeder in (feeder, upcoming):
-                if open_feeder is not None:
-                    open_feeder.close()
-        path = self._save()
-        logger.info("Training stopped at step %d (%s). Checkpoint: %s", self.global_step,
-                    reason, path or self.checkpoints.latest)
-        return FitSummary(self.global_step, int(self.epoch.numpy()), reason,
-                          path or self.checkpoints.latest, self._best_or_none(),
-                          _float_or_none(first_loss), _float_or_none(last_loss))
-
-    @staticmethod
-    def _wait_for_data(feeder, seconds: float) -> None:
-        """--model-start-delay: let the data device fill the queue of featurized batches
-        (waiting at most `seconds`), so the first steps do not wait for data."""
-        started = time.monotonic()
-        fill = feeder.wait_until_filled(seconds)
-        logger.info("Model start delay: the data device filled %.0f%% of the feeder queue "
-                    "(%d/%d featurized batches on the model device) in %.1f s (limit %.1f s).",
-                    100 * fill, feeder.queued, feeder.capacity, time.monotonic() - started,
-                    seconds)
+                    self._placement([*model_vars, *self.optimizer.variables]))
 
     def _run_step(self, batch: Batch) -> Dict[str, tf.Tensor]:
-        try:
-            return self.step(batch)
-        except tf.errors.ResourceExhaustedError as e:
-            raise TrainingStopped(self._oom_message(e)) from None
+        return self.step(batch)
 
-    def _after_update(self, step: int, monitor: TrainingMonitor, throughput: Throughput,
-                      pipeline) -> Optional[str]:
-        """Logging, validation, checkpoints and stop conditions after optimizer update `step`.
-        Returns a stop reason, or None to go on."""
-        tc = self.config.training
-        if step % tc.log_every_steps == 0:
-            self._log(monitor, throughput, step)
-        if self._stop_signal is not None:
-            return f"signal {signal.Signals(self._stop_signal).name}"
-        if pipeline.val_steps and step % tc.validate_every_steps == 0:
-            stop = self.validate(pipeline, monitor)
-            throughput.reset()  # the window's frames/s should not include validation time
-            if stop:
-                return "early_stopping"
-        if tc.max_steps and step >= tc.max_steps:
-            return "max_steps"
-        if (step % tc.checkpoint_every_steps == 0
-                or (time.monotonic() - self._last_save) / 60.0 >= tc.checkpoint_every_minutes):
-            self._save()
-        return None
+    def _micro_batches_done(self) -> int:
+        return int(self.step.micro_step.numpy())
+
+    def _updates_after(self, micro: int) -> bool:
+        return self.step.updates_after(micro)
+
+    @staticmethod
+    def _has_validation(pipeline) -> bool:
+        return bool(pipeline.val_steps)
 
     def _log(self, monitor: TrainingMonitor, throughput: Throughput, step: int) -> None:
         self._stop_if_nonfinite()
@@ -342,7 +137,6 @@ class XTTSTrainer:
                        nonfinite_steps=float(self.step.nonfinite_total.numpy()))
         monitor.log_train(step, int(self.epoch.numpy()), scalars)
         self.step.reset_metrics()
-        throughput.reset()
 
     # -- validation ----------------------------------------------------------------------------
     def _val_batch(self, batch: Batch):
@@ -365,7 +159,6 @@ class XTTSTrainer:
     def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
         """Teacher-forced losses over the validation batches and one free-running decode;
         keeps best/ and model_info.json up to date. Returns True when early stopping triggers."""
-        tc = self.config.training
         self._stop_if_nonfinite()
         for metric in self.val_metrics.values():
             metric.reset_state()
@@ -390,29 +183,11 @@ class XTTSTrainer:
         # The step-independent objective (no guided-attention term, whose weight decays with
         # the step) ranks checkpoints and drives early stopping.
         val_loss = scalars["loss/objective"]
-        step = self.global_step
-        improved = val_loss < float(self.best_val_loss.numpy())
-        if improved:
-            self.best_val_loss.assign(val_loss)
-            self.best_step.assign(step)
-            self.bad_validations.assign(0)
-            self.checkpoints.save_best(step)
-        else:
-            self.bad_validations.assign_add(1)
+        improved = self._record_validation(val_loss)
         if monitor is not None:
             images, audio = self._examples(*first, generated)
-            monitor.log_validation(step, scalars, images, audio, improved)
-        update_model_info(self.directory, steps_trained=step,
-                          best_val_loss=self._best_or_none(), best_step=int(self.best_step.numpy()),
-                          last_val_loss=val_loss)
-        patience = tc.early_stopping_patience
-        if patience and int(self.bad_validations.numpy()) >= patience:
-            logger.warning("Early stopping: validation loss has not improved for %d validations "
-                           "(best %.4f at step %d, saved in %s).", patience,
-                           float(self.best_val_loss.numpy()), int(self.best_step.numpy()),
-                           self.checkpoints.best)
-            return True
-        return False
+            monitor.log_validation(self.global_step, scalars, images, audio, improved)
+        return self._after_validation(val_loss)
 
     def _alignment_measures(self, batch: Batch, alignments: np.ndarray,
                             mel_lengths: np.ndarray) -> List[Dict[str, float]]:
@@ -459,20 +234,7 @@ class XTTSTrainer:
                  "audio/free_running_griffin_lim": self._griffin_lim(free_mel).numpy()}
         return images, audio
 
-    # -- checkpoints, stopping -----------------------------------------------------------------
-    def _save(self) -> Optional[str]:
-        self._stop_if_nonfinite()
-        path = self.checkpoints.save(self.global_step)
-        self._last_save = time.monotonic()
-        update_model_info(self.directory, steps_trained=self.global_step,
-                          best_val_loss=self._best_or_none(),
-                          precision=self.precision.policy)
-        return path
-
-    def _best_or_none(self) -> Optional[float]:
-        best = float(self.best_val_loss.numpy())
-        return None if math.isinf(best) else best
-
+    # -- stopping ------------------------------------------------------------------------------
     def _stop_if_nonfinite(self) -> None:
         """Raises TrainingStopped if a non-finite streak reached training.max_nonfinite_steps
         since the last look (the step latched it on the device; the loop looks at every log,
@@ -503,25 +265,3 @@ class XTTSTrainer:
                 f"data device); or use --precision mixed_bfloat16/mixed_float16 and "
                 f"model.gradient_checkpointing: true. The last good checkpoint "
                 f"({self.checkpoints.latest or 'none yet'}) is intact.")
-
-    def _install_signal_handlers(self):
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-
-        def handler(signum, _frame):
-            logger.warning("%s received: saving a checkpoint after the current step, then "
-                           "exiting (send it again to exit immediately).",
-                           signal.Signals(signum).name)
-            self._stop_signal = signum
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-        return previous
-
-    @staticmethod
-    def _restore_signal_handlers(previous) -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -1,0 +1,348 @@
+"""The run machinery both trainers share (XTTSTrainer, the acoustic model; VocoderTrainer, the
+HiFi-GAN vocoder): precision plan and seed, run counters on the model device, restoring
+(automatic resume, --resume-from, --reset-training), the training loop over DeviceFeeders
+(epochs, position in the epoch, next epoch started early, --model-start-delay), logging,
+validation, best-by-validation with early stopping, checkpoints and SIGINT/SIGTERM.
+
+A trainer subclasses Trainer: it calls `_start_run` first, creates its models and optimizers
+and `_create_run_counters()` inside `tf.device(self.model_device)`, opens `self.checkpoints`
+with `run_counters()` among its objects and calls `_restore`. It provides `global_step`,
+`_run_step(batch)` (returns the losses, "total" among them, as tensors; it counts
+`batch_in_epoch` and `frames` on the device), `_micro_batches_done()`, `_updates_after(micro)`,
+`_log`, `_has_validation(pipeline)`, `validate(pipeline, monitor)` (which ends with
+`_after_validation`), `_stop_if_nonfinite` and `_oom_message`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from typing import Dict, Iterable, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from myxtts.errors import MyXTTSError
+from myxtts.model_info import update_model_info
+from myxtts.training.checkpoints import resolve_checkpoint_path
+from myxtts.training.monitoring import Throughput, TrainingMonitor
+from myxtts.training.precision import apply_precision, resolve_precision
+
+logger = logging.getLogger("myxtts.training")
+
+Batch = Dict[str, tf.Tensor]
+
+
+class TrainingStopped(MyXTTSError, RuntimeError):
+    """Training cannot go on (non-finite loss streak, out of memory); the message says why and
+    what to change. The last good checkpoint is untouched."""
+
+
+@dataclasses.dataclass
+class FitSummary:
+    """How a `fit` call ended."""
+
+    step: int
+    epoch: int
+    reason: str  # "max_steps" | "max_minutes" | "epochs" | "early_stopping" | "signal SIGTERM"
+    checkpoint: Optional[str]
+    best_val_loss: Optional[float]
+    first_loss: Optional[float] = None
+    last_loss: Optional[float] = None
+
+
+def _timed(batches: Iterable[Batch]):
+    """Yields (batch, seconds the caller waited for it)."""
+    iterator = iter(batches)
+    while True:
+        started = time.monotonic()
+        batch = next(iterator, None)
+        if batch is None:
+            return
+        yield batch, time.monotonic() - started
+
+
+def _float_or_none(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def install_stop_handlers(on_signal) -> Dict[int, object]:
+    """Routes SIGINT and SIGTERM to `on_signal(signum)` once (finish the step, save, stop; a
+    second signal gets the previous handler and exits at once); returns the previous handlers
+    for `restore_handlers` (nothing is installed outside the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+
+    def handler(signum, _frame):
+        logger.warning("%s received: saving a checkpoint after the current step, then "
+                       "exiting (send it again to exit immediately).",
+                       signal.Signals(signum).name)
+        on_signal(signum)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.signal(sig, handler)
+    return previous
+
+
+def restore_handlers(previous: Dict[int, object]) -> None:
+    for sig, old in previous.items():
+        signal.signal(sig, old)
+
+
+def default_device() -> str:
+    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+
+
+class Trainer:
+    """Shared by XTTSTrainer and VocoderTrainer (see the module docstring)."""
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _start_run(self, config, model_device: Optional[str]) -> None:
+        self.config = config
+        tc = config.training
+        self.model_device = model_device or default_device()
+        self.directory = tc.checkpoint_dir
+        self._stop_signal: Optional[int] = None
+        self._last_save = time.monotonic()
+        self.precision = resolve_precision(tc.precision, self.model_device, tc.tf32)
+        apply_precision(self.precision)
+        keras.utils.set_random_seed(tc.seed)
+
+    def _create_run_counters(self) -> None:
+        """Call inside tf.device(model_device)."""
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        # Batches of the current epoch already trained on (the data position).
+        self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                          name="batch_in_epoch")
+        self.best_val_loss = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
+                                         name="best_val_loss")
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
+        self.bad_validations = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name="bad_validations")
+        # True (unpadded) frames trained on, for frames/s (not checkpointed).
+        self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
+
+    def run_counters(self) -> Dict[str, tf.Variable]:
+        """The counters a checkpoint holds besides models, optimizers and the step."""
+        return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                "best_val_loss": self.best_val_loss, "best_step": self.best_step,
+                "bad_validations": self.bad_validations}
+
+    def _restore(self, resume_checkpoint: Optional[str], reset: bool) -> bool:
+        """Restores --resume-from, else the newest intact checkpoint of the run; True when a
+        checkpoint was restored (False: the run starts at step 0)."""
+        store = self.checkpoints
+        if reset:
+            if resume_checkpoint:
+                raise MyXTTSError("--reset-training and --resume-from contradict each other: "
+                                  "pass one of them.")
+            store.archive("--reset-training")
+            update_model_info(self.directory, steps_trained=0, best_val_loss=None)
+            logger.info("Starting from step 0 in %s.", self.directory)
+            return False
+        if resume_checkpoint:
+            latest = store.latest
+            path = resolve_checkpoint_path(resume_checkpoint)
+            step = store.restore(path)
+            logger.info("Resumed from %s (--resume-from) at step %d.", path, step)
+            if latest and os.path.abspath(latest) != os.path.abspath(path):
+                # Training from `path` would write ckpt-N names the existing checkpoints use.
+                store.archive(f"--resume-from {path}")
+            return True
+        restored = store.restore_latest()
+        if restored:
+            logger.info("Resumed from %s at step %d (epoch %d). Pass --reset-training to start "
+                        "over.", *restored, int(self.epoch.numpy()) + 1)
+            return True
+        logger.info("No checkpoint in %s: starting from step 0.", self.directory)
+        return False
+
+    # -- training ------------------------------------------------------------------------------
+    def fit(self, pipeline) -> FitSummary:
+        """Trains until training.max_steps, training.max_minutes, training.epochs, early
+        stopping or a signal.
+
+        `pipeline.train_batches(epoch, model_device, skip_batches=...)` gives DeviceFeeders of
+        batches that are already on the model device (myxtts.data.pipeline.InputPipeline,
+        myxtts.data.segments.SegmentPipeline).
+        """
+        tc = self.config.training
+        start_step = self.global_step
+        if tc.max_steps and start_step >= tc.max_steps:
+            logger.info("Already at step %d >= --max-steps %d: nothing to train.", start_step,
+                        tc.max_steps)
+            return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
+                              self.checkpoints.latest, self._best_or_none())
+        monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
+                                  tc.max_steps or None, start_step, self.config.data.sample_rate)
+        self._stop_signal = None
+        self._fit_started = time.monotonic()
+        previous_handlers = install_stop_handlers(self._on_stop_signal)
+        try:
+            return self._fit(pipeline, monitor)
+        finally:
+            restore_handlers(previous_handlers)
+            monitor.close()
+
+    def _on_stop_signal(self, signum: int) -> None:
+        self._stop_signal = signum
+
+    def _fit(self, pipeline, monitor: TrainingMonitor) -> FitSummary:
+        """The loop reads nothing back from the model device between log points: the step and
+        micro-step counts are mirrored on the host (`step`, `micro`), the data position, frames
+        and losses are counted on the device, and the non-finite stop flag is looked at with
+        them (`_log`, `validate`, `_save`), so the next step is queued while the last one runs."""
+        tc = self.config.training
+        throughput = Throughput(self.frames)
+        self._last_save = time.monotonic()
+        step = self.global_step
+        micro = self._micro_batches_done()
+        first_loss = last_loss = None
+        reason = None
+        start_delay = tc.model_start_delay
+        feeder = upcoming = None
+        try:
+            while reason is None:
+                epoch = int(self.epoch.numpy())
+                if epoch >= tc.epochs:
+                    reason = "epochs"
+                    break
+                if upcoming is not None:
+                    feeder, upcoming = upcoming, None
+                else:
+                    skip = int(self.batch_in_epoch.numpy())
+                    if skip:
+                        logger.info("Epoch %d: skipping the %d batches trained before the "
+                                    "restart.", epoch + 1, skip)
+                    feeder = pipeline.train_batches(epoch, self.model_device, skip_batches=skip)
+                if start_delay > 0:
+                    self._wait_for_data(feeder, start_delay)
+                    start_delay = 0.0
+                for batch, waited in _timed(feeder):
+                    throughput.add_wait(waited)
+                    try:
+                        last_loss = self._run_step(batch)["total"]
+                    except tf.errors.ResourceExhaustedError as e:
+                        raise TrainingStopped(self._oom_message(e)) from None
+                    first_loss = last_loss if first_loss is None else first_loss
+                    if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
+                        # The data device has read this epoch's last batch: it starts on the
+                        # next epoch now, so the model device does not wait at the boundary.
+                        upcoming = pipeline.train_batches(epoch + 1, self.model_device)
+                    micro += 1
+                    if self._updates_after(micro):
+                        step += 1
+                        monitor.progress()
+                        reason = self._after_update(step, monitor, throughput, pipeline)
+                        if reason:
+                            break
+                else:
+                    self.epoch.assign_add(1)
+                    self.batch_in_epoch.assign(0)
+                feeder.close()
+        finally:
+            for open_feeder in (feeder, upcoming):
+                if open_feeder is not None:
+                    open_feeder.close()
+        path = self._save()
+        logger.info("Training stopped at step %d (%s). Checkpoint: %s", self.global_step,
+                    reason, path or self.checkpoints.latest)
+        return FitSummary(self.global_step, int(self.epoch.numpy()), reason,
+                          path or self.checkpoints.latest, self._best_or_none(),
+                          _float_or_none(first_loss), _float_or_none(last_loss))
+
+    @staticmethod
+    def _wait_for_data(feeder, seconds: float) -> None:
+        """--model-start-delay: let the data device fill the queue of featurized batches
+        (waiting at most `seconds`), so the first steps do not wait for data."""
+        started = time.monotonic()
+        fill = feeder.wait_until_filled(seconds)
+        logger.info("Model start delay: the data device filled %.0f%% of the feeder queue "
+                    "(%d/%d featurized batches on the model device) in %.1f s (limit %.1f s).",
+                    100 * fill, feeder.queued, feeder.capacity, time.monotonic() - started,
+                    seconds)
+
+    def _after_update(self, step: int, monitor: TrainingMonitor, throughput: Throughput,
+                      pipeline) -> Optional[str]:
+        """Logging, validation, checkpoints and stop conditions after optimizer update `step`.
+        Returns a stop reason, or None to go on."""
+        tc = self.config.training
+        if step % tc.log_every_steps == 0:
+            self._log(monitor, throughput, step)
+            throughput.reset()
+        if self._stop_signal is not None:
+            return f"signal {signal.Signals(self._stop_signal).name}"
+        if self._has_validation(pipeline) and step % tc.validate_every_steps == 0:
+            stop = self.validate(pipeline, monitor)
+            throughput.reset()  # the window's frames/s should not include validation time
+            if stop:
+                return "early_stopping"
+        if tc.max_steps and step >= tc.max_steps:
+            return "max_steps"
+        if tc.max_minutes and (time.monotonic() - self._fit_started) / 60.0 >= tc.max_minutes:
+            return "max_minutes"
+        if (step % tc.checkpoint_every_steps == 0
+                or (time.monotonic() - self._last_save) / 60.0 >= tc.checkpoint_every_minutes):
+            self._save()
+        return None
+
+    # -- validation ----------------------------------------------------------------------------
+    def _record_validation(self, val_loss: float) -> bool:
+        """Updates best/ (True when `val_loss` is the best so far) and the early-stopping
+        count."""
+        improved = val_loss < float(self.best_val_loss.numpy())
+        if improved:
+            self.best_val_loss.assign(val_loss)
+            self.best_step.assign(self.global_step)
+            self.bad_validations.assign(0)
+            self.checkpoints.save_best(self.global_step)
+        else:
+            self.bad_validations.assign_add(1)
+        return improved
+
+    def _after_validation(self, val_loss: float) -> bool:
+        """model_info.json; True when early stopping triggers."""
+        update_model_info(self.directory, steps_trained=self.global_step,
+                          best_val_loss=self._best_or_none(), best_step=int(self.best_step.numpy()),
+                          last_val_loss=val_loss)
+        patience = self.config.training.early_stopping_patience
+        if patience and int(self.bad_validations.numpy()) >= patience:
+            logger.warning("Early stopping: validation loss has not improved for %d validations "
+                           "(best %.4f at step %d, saved in %s).", patience,
+                           float(self.best_val_loss.numpy()), int(self.best_step.numpy()),
+                           self.checkpoints.best)
+            return True
+        return False
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _save(self) -> Optional[str]:
+        self._stop_if_nonfinite()
+        path = self.checkpoints.save(self.global_step)
+        self._last_save = time.monotonic()
+        update_model_info(self.directory, steps_trained=self.global_step,
+                          best_val_loss=self._best_or_none(),
+                          precision=self.precision.policy)
+        return path
+
+    def _best_or_none(self) -> Optional[float]:
+        best = float(self.best_val_loss.numpy())
+        return None if math.isinf(best) else best
+
+    @staticmethod
+    def _placement(variables) -> str:
+        """The devices holding `variables`, for the start-up log ("CPU:1")."""
+        return ", ".join(sorted({v.value.device.rsplit("/", 1)[-1].replace("device:", "")
+                                 for v in variables}))
+
+    @staticmethod
+    def _parameters(model) -> str:
+        return f"{sum(int(np.prod(w.shape)) for w in model.trainable_variables):,}"

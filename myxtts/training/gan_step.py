@@ -1,0 +1,166 @@
+"""The vocoder's compiled training step on the model device: one discriminator update, then one
+generator update, in one `tf.function(jit_compile=...)`, as in HiFi-GAN's reference code.
+
+    step = GANStep(generator, mpd, msd, vocoder_config, log_mel, model_device=..., precision=...)
+    out = step(batch, adversarial=True)   # False: generator-only warm-up (mel loss alone)
+
+The generator runs once per step: its output feeds the discriminator update (gradient stopped)
+and, after that update, the generator's adversarial and feature-matching losses. Each side has
+its own AdamW (betas and decay of the paper) built here, inside the model-device scope, so every
+slot, iteration counter and loss-scale variable is created there; under float16 each is wrapped
+in its own LossScaleOptimizer (an overflow in one does not reset the other's scale). Non-finite
+updates are skipped and counted per side, like myxtts.training.step.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import keras
+import tensorflow as tf
+
+from myxtts.training.optimization import no_decay_variables
+from myxtts.vocoder import losses
+
+# HiFi-GAN uses torch.optim.AdamW with its default weight decay.
+WEIGHT_DECAY = 0.01
+LOSS_NAMES = ("total", "mel", "adversarial", "feature_matching", "discriminator")
+
+
+def build_gan_optimizer(vocoder_config, models: List[keras.Model], loss_scaling: bool):
+    """A built AdamW (LossScaleOptimizer when loss_scaling) for the models' trainable variables."""
+    v = vocoder_config
+    schedule = keras.optimizers.schedules.ExponentialDecay(v.learning_rate, 1000, v.lr_decay)
+    optimizer = keras.optimizers.AdamW(schedule, beta_1=v.beta_1, beta_2=v.beta_2,
+                                       weight_decay=WEIGHT_DECAY)
+    optimizer.exclude_from_weight_decay(
+        var_list=[w for m in models for w in no_decay_variables(m)])
+    if loss_scaling:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build([w for m in models for w in m.trainable_variables])
+    return optimizer
+
+
+class _Side:
+    """One optimizer with its variables, its non-finite counters and grad-norm metric."""
+
+    def __init__(self, name: str, models: List[keras.Model], vocoder_config, loss_scaling: bool):
+        self.models = models
+        self.optimizer = build_gan_optimizer(vocoder_config, models, loss_scaling)
+        self.loss_scaling = loss_scaling
+        self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                           name=f"{name}_nonfinite_total")
+        self.nonfinite_consecutive = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                                 name=f"{name}_nonfinite_consecutive")
+        self.grad_norm = keras.metrics.Mean(name=f"{name}_grad_norm")
+
+    @property
+    def variables(self):
+        return [w for m in self.models for w in m.trainable_variables]
+
+    def scale(self, loss):
+        return self.optimizer.scale_loss(loss) if self.loss_scaling else loss
+
+    def apply(self, grads):
+        variables = self.variables
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads, variables)]
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        scale = self.optimizer.dynamic_scale if self.loss_scaling else 1.0
+        norm = tf.linalg.global_norm(grads) / scale
+        if self.loss_scaling:
+            self.optimizer.apply(grads, variables)  # skips and halves the scale when not finite
+        else:
+            def apply():
+                self.optimizer.apply(grads, variables)
+                return tf.constant(True)
+            tf.cond(finite, apply, lambda: tf.constant(False))
+        self.grad_norm.update_state(tf.where(finite, norm, 0.0),
+                                    sample_weight=tf.cast(finite, tf.float32))
+        self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
+        self.nonfinite_consecutive.assign(
+            tf.where(finite, tf.constant(0, tf.int64), self.nonfinite_consecutive + 1))
+
+    def loss_scale(self) -> float:
+        return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaling else 1.0
+
+
+class GANStep:
+    """Owns both optimizers, the step counter and on-device metrics; call it inside nothing
+    (it enters the model device itself)."""
+
+    def __init__(self, generator, mpd, msd, vocoder_config, log_mel, *, model_device: str,
+                 loss_scaling: bool, jit_compile: bool):
+        self.generator, self.mpd, self.msd = generator, mpd, msd
+        self.config = vocoder_config
+        self.log_mel = log_mel
+        self.model_device = model_device
+        with tf.device(model_device):
+            self.gen = _Side("generator", [generator], vocoder_config, loss_scaling)
+            self.disc = _Side("discriminator", [mpd, msd], vocoder_config, loss_scaling)
+            # Generator updates attempted (applied + skipped): the step users see.
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+            self.loss_metrics = {name: keras.metrics.Mean(name=f"loss_{name}")
+                                 for name in LOSS_NAMES}
+        self._compiled = tf.function(self._step, jit_compile=jit_compile, reduce_retracing=False)
+
+    def __call__(self, batch: Dict[str, tf.Tensor], adversarial: bool = True):
+        with tf.device(self.model_device):
+            return self._compiled(batch, adversarial)
+
+    # -- metrics -------------------------------------------------------------------------------
+    def reset_metrics(self) -> None:
+        for metric in [self.gen.grad_norm, self.disc.grad_norm, *self.loss_metrics.values()]:
+            metric.reset_state()
+
+    def metric_results(self) -> Dict[str, float]:
+        out = {name: float(m.result()) for name, m in self.loss_metrics.items()}
+        out["grad_norm"] = float(self.gen.grad_norm.result())
+        out["grad_norm_discriminator"] = float(self.disc.grad_norm.result())
+        return out
+
+    def learning_rate(self) -> float:
+        return float(self.gen.optimizer.learning_rate.numpy())
+
+    # -- the step ------------------------------------------------------------------------------
+    def _discriminate(self, audio):
+        return self.mpd(audio, training=True) + self.msd(audio, training=True)
+
+    def _step(self, batch, adversarial: bool):
+        with tf.device(self.model_device):
+            audio, mel, target = batch["audio"], batch["mel"], batch["mel_target"]
+            zero = tf.constant(0.0)
+            with tf.GradientTape() as g_tape:
+                fake = self.generator(mel, training=True)
+                d_loss = zero
+                if adversarial:
+                    with g_tape.stop_recording():  # the discriminator update is not G's
+                        with tf.GradientTape() as d_tape:
+                            d_loss = losses.discriminator_loss(
+                                self._discriminate(audio),
+                                self._discriminate(tf.stop_gradient(fake)))
+                            d_scaled = self.disc.scale(d_loss)
+                        self.disc.apply(d_tape.gradient(d_scaled, self.disc.variables))
+                mel_loss = losses.mel_l1(self.log_mel, fake, target)
+                total = self.config.mel_loss_weight * losses.LN10 * mel_loss
+                adv = fm = zero
+                if adversarial:
+                    real_out = self._discriminate(audio)
+                    fake_out = self._discriminate(fake)
+                    adv = losses.generator_adversarial_loss(fake_out)
+                    fm = losses.feature_matching_loss(real_out, fake_out)
+                    total = total + adv + self.config.feature_matching_weight * fm
+                g_scaled = self.gen.scale(total)
+            self.gen.apply(g_tape.gradient(g_scaled, self.gen.variables))
+            self.step.assign_add(1)
+            values = {"total": total, "mel": mel_loss, "adversarial": adv,
+                      "feature_matching": fm, "discriminator": d_loss}
+            if adversarial:
+                for name, metric in self.loss_metrics.items():
+                    metric.update_state(values[name])
+            else:
+                for name in ("total", "mel"):
+                    self.loss_metrics[name].update_state(values[name])
+            consecutive = tf.maximum(self.gen.nonfinite_consecutive.read_value(),
+                                     self.disc.nonfinite_consecutive.read_value())
+            return {"total": total, "mel": mel_loss, "consecutive_nonfinite": consecutive}

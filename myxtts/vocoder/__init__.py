@@ -1,0 +1,1 @@
+"""The HiFi-GAN vocoder stage: generator, discriminators, losses (docs/vocoder.md)."""
