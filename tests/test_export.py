@@ -207,7 +207,7 @@ class ExportRoundTripTest(unittest.TestCase):
                                               [(len(mel) - 1) * hop + win])
                 np.testing.assert_allclose(out[f"{name}/waveform"][0], waveform, atol=1e-3)
 
-    def test_fresh_process_runs_hifigan_serving_default_and_vocode(self):
+    def test_fresh_process_runs_every_signature_with_hifigan(self):
         vocoder_dir, _ = shared_vocoder_checkpoint()
         with self.assertLogs("myxtts.inference", "INFO") as logs:
             result = export_saved_model(self.checkpoint_dir,
@@ -219,8 +219,7 @@ class ExportRoundTripTest(unittest.TestCase):
         rng = np.random.default_rng(3)
         mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
         lengths = np.array([20, 13], np.int32)
-        inputs = {k: v for k, v in self._inputs().items() if k.startswith("serving_default/")}
-        inputs.update({"vocode/mel": mel, "vocode/mel_lengths": lengths})
+        inputs = {**self._inputs(), "vocode/mel": mel, "vocode/mel_lengths": lengths}
         inputs_path = os.path.join(self.tmp, "hifigan-inputs.npz")
         outputs_path = os.path.join(self.tmp, "hifigan-outputs.npz")
         np.savez(inputs_path, **inputs)
@@ -229,7 +228,7 @@ class ExportRoundTripTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertFalse(report["myxtts_imported"])
-        self.assertEqual(report["requests"], {"serving_default": [], "vocode": []})
+        self.assertEqual(report["requests"], {name: [] for name in [*SIGNATURES, "vocode"]})
         out = np.load(outputs_path, allow_pickle=False)
 
         vocoder = load_vocoder(vocoder_dir)
@@ -237,14 +236,17 @@ class ExportRoundTripTest(unittest.TestCase):
         np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
         np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
         self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
-        # serving_default: the acoustic model's mel (as with Griffin-Lim), HiFi-GAN's audio
+        # The synthesis signatures: the acoustic model's mel (as with Griffin-Lim), HiFi-GAN's
+        # audio.
         synth_mel = self.synth.synthesize(TEXT, "en", self.synth.speaker_latents_from_mel(
             self.synth.reference_mel(REFERENCE_AUDIO)))[1]
-        np.testing.assert_allclose(out["serving_default/mel"][0], synth_mel, atol=1e-4)
-        np.testing.assert_array_equal(out["serving_default/waveform_lengths"],
-                                      [len(synth_mel) * 256])
-        expected, _ = vocoder(out["serving_default/mel"], out["serving_default/mel_lengths"])
-        np.testing.assert_allclose(out["serving_default/waveform"], expected.numpy(), atol=1e-5)
+        for name in ("serving_default", "synthesize_latents", "synthesize_tokens"):
+            with self.subTest(signature=name):
+                np.testing.assert_allclose(out[f"{name}/mel"][0], synth_mel, atol=1e-4)
+                np.testing.assert_array_equal(out[f"{name}/waveform_lengths"],
+                                              [len(synth_mel) * 256])
+                expected, _ = vocoder(out[f"{name}/mel"], out[f"{name}/mel_lengths"])
+                np.testing.assert_allclose(out[f"{name}/waveform"], expected.numpy(), atol=1e-5)
 
     def test_new_exports_take_the_next_version_and_never_overwrite(self):
         export_dir = os.path.join(self.tmp, "versions", "myxtts")

@@ -1,1 +1,2 @@
-"""Inference helpers: Griffin-Lim (griffin_lim.py) until a neural vocoder exists."""
+"""Inference helpers: checkpoint loading, the synthesizer, the exporter, and the vocoders
+(vocoding.py: a trained HiFi-GAN, or the Griffin-Lim fallback of griffin_lim.py)."""
