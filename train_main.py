@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import shutil
-from typing import Iterator
+from typing import Iterator, Optional
 
 import yaml
 from absl import app, flags
@@ -25,6 +25,8 @@ from myxtts.cli import UsageError, quiet_tensorflow_start, run_guarded, setup_lo
 from myxtts.config import XTTSConfig
 from myxtts.data.metadata import check_separator, find_metadata
 from myxtts.errors import MyXTTSError
+from myxtts.finetune import (RESUME_CONFLICT, Source, continued_run, locate_source,
+                             warm_start_config)
 from myxtts.model_info import read_model_info
 
 FLAGS = flags.FLAGS
@@ -92,6 +94,11 @@ flags.DEFINE_string("resume-from", None, "Resume from this checkpoint (a prefix 
                     "--checkpoint-dir; newer checkpoints there are archived, not deleted.")
 flags.DEFINE_boolean("reset-training", False, "Start over at step 0: earlier checkpoints in "
                      "--checkpoint-dir are moved to archive/<time>/ (nothing is deleted).")
+flags.DEFINE_string("init-from", None, "Start a new run from the model weights of a trained run "
+                    "(its --checkpoint-dir for the latest checkpoint, DIR/best, or a prefix "
+                    "DIR/ckpt-N): its config decides the model, its vocabulary and languages "
+                    "are kept and extended; fresh optimizer, step 0, saved in --checkpoint-dir. "
+                    "The source run is only read (docs/finetuning.md).")
 
 # ---- stage ------------------------------------------------------------------------------------
 flags.DEFINE_enum("stage", "acoustic", ["acoustic", "vocoder"], "What to train: the acoustic "
@@ -141,14 +148,17 @@ def load_config() -> XTTSConfig:
                            names={key: f"--{flag}" for flag, key in keys.items()})
 
 
-def check_inputs(config: XTTSConfig) -> None:
+def check_inputs(config: XTTSConfig) -> Optional[Source]:
     """Cheap checks, before TensorFlow is imported: there is something to do, the dataset
-    folders hold metadata, the --resume-from path exists, and what earlier runs left in
-    --checkpoint-dir can be read."""
+    folders hold metadata, the --resume-from and --init-from paths exist, and what earlier runs
+    left in --checkpoint-dir can be read. Returns the --init-from run (None without)."""
     for flag in ("vocoder-init", "gta-from"):
         if FLAGS[flag].value and FLAGS["stage"].value != "vocoder":
             raise UsageError(f"--{flag} trains the vocoder: add --stage vocoder (see "
                              f"docs/vocoder.md).")
+    if FLAGS["init-from"].value and FLAGS["stage"].value == "vocoder":
+        raise UsageError("--init-from warm-starts the acoustic model; for the vocoder use "
+                         "--vocoder-init (see docs/vocoder.md).")
     if not FLAGS["train-data"].value:
         if FLAGS["validate-only"].value:
             raise UsageError("--validate-only needs --train-data DIR (a folder with metadata.csv "
@@ -164,6 +174,18 @@ def check_inputs(config: XTTSConfig) -> None:
         raise UsageError(f"--resume-from {resume_from} does not exist. Pass a checkpoint prefix "
                          f"such as DIR/ckpt-1000, or a checkpoint directory.")
     _check_run_files(config.training.checkpoint_dir)
+    if not FLAGS["init-from"].value:
+        return None
+    if resume_from:
+        raise UsageError(RESUME_CONFLICT)
+    source = locate_source(FLAGS["init-from"].value)
+    work_dir = os.path.abspath(config.training.checkpoint_dir)
+    if work_dir == os.path.abspath(source.directory):
+        raise UsageError(f"--init-from {FLAGS['init-from'].value} is the run in --checkpoint-dir "
+                         f"{config.training.checkpoint_dir} itself: a warm start writes a new run "
+                         f"and never into the source. Pass a new --checkpoint-dir (to go on "
+                         f"training that run, leave out --init-from).")
+    return source
 
 
 def _check_run_files(work_dir: str) -> None:
@@ -190,8 +212,14 @@ def main(argv) -> int:
         raise MyXTTSError(f"Unexpected argument(s) {' '.join(argv[1:])}: every option is a flag "
                           f"(--name value). See `python train_main.py --helpfull`.")
     config = load_config()
+    source = None
     if not FLAGS["device-check"].value:
-        check_inputs(config)
+        source = check_inputs(config)
+        if source is None and not FLAGS["reset-training"].value:
+            source = continued_run(config.training.checkpoint_dir)
+    if source is not None:
+        config = warm_start_config(config, _config_path(FLAGS.config), source,
+                                   FLAGS["train-data"].value, FLAGS["val-data"].value)
     plan = devices.plan_devices(
         FLAGS["data-gpu"].value, FLAGS["model-gpu"].value,
         split_gpu=FLAGS["split-gpu"].value, require_gpu=FLAGS["require-gpu"].value,
@@ -205,19 +233,20 @@ def main(argv) -> int:
             print(line)
         return 0
     if FLAGS["validate-only"].value:
-        return validate_only(config)
+        return validate_only(config, source)
     if FLAGS["stage"].value == "vocoder":
         return train_vocoder(config, plan)
-    return train(config, plan)
+    return train(config, plan, source)
 
 
-def validate_only(config: XTTSConfig) -> int:
+def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
     """--validate-only: the dataset report and statistics, no training."""
     from myxtts.data.prepare import prepare_dataset  # pylint: disable=import-outside-toplevel
     work_dir = config.training.checkpoint_dir
     with _removed_if_not_started(work_dir):
         prepared = prepare_dataset(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
-                                   work_dir=work_dir)
+                                   work_dir=work_dir,
+                                   base_vocabulary=source and source.vocab_path)
     print(prepared.report.table())
     print(f"\nvalidation rows: {prepared.val_source}")
     print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}")
@@ -226,7 +255,7 @@ def validate_only(config: XTTSConfig) -> int:
     return 0
 
 
-def train(config: XTTSConfig, plan) -> int:
+def train(config: XTTSConfig, plan, source: Optional[Source]) -> int:
     """The training path: input pipeline on the data device, XTTSTrainer on the model device."""
     # pylint: disable=import-outside-toplevel  (TensorFlow only after devices.configure)
     from myxtts.data.pipeline import InputPipeline
@@ -236,12 +265,14 @@ def train(config: XTTSConfig, plan) -> int:
         if FLAGS["resume-from"].value:
             _adopt_vocabulary(FLAGS["resume-from"].value, work_dir)
         pipeline = InputPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
-                                 data_device=plan.data_device, work_dir=work_dir)
+                                 data_device=plan.data_device, work_dir=work_dir,
+                                 base_vocabulary=source and source.vocab_path)
         logger.info("Model will be placed on %s; batches are featurized on %s.",
                     plan.model_device, plan.data_device)
         trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
                               model_device=plan.model_device, tokenizer=pipeline.tokenizer,
-                              reset_training=FLAGS["reset-training"].value)
+                              reset_training=FLAGS["reset-training"].value,
+                              init_from=FLAGS["init-from"].value)
     summary = trainer.fit(pipeline)
     best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
     print(f"Trained to step {summary.step} ({summary.reason}); checkpoint {summary.checkpoint}; "

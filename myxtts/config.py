@@ -20,40 +20,61 @@ import yaml
 from myxtts.errors import MyXTTSError
 
 
+# The top-level parts of XTTSModel (myxtts.models.xtts), as training.freeze names them.
+MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
+
+
 class ConfigError(MyXTTSError, ValueError):
     """A configuration problem; the message names the key and the file or flag."""
 
 
-def _f(default, doc: str):
+def _f(default, doc: str, from_source: bool = False):
+    """A documented field. `from_source`: the field defines the trained model (its shapes, the
+    features it reads, its vocabulary), so under --init-from it comes from the source run."""
+    metadata = {"doc": doc, "from_source": from_source}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default),
-                                 metadata={"doc": doc})
-    return dataclasses.field(default=default, metadata={"doc": doc})
+                                 metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _m(default, doc: str):
+    return _f(default, doc, from_source=True)
 
 
 @dataclasses.dataclass
 class DataConfig:
     """Dataset reading, validation, audio features and batching."""
 
-    sample_rate: int = _f(22050, "Audio sample rate in Hz; other rates are resampled (counted).")
-    n_fft: int = _f(1024, "FFT size of the STFT.")
-    hop_length: int = _f(256, "STFT hop in samples (one mel frame per hop).")
-    win_length: int = _f(1024, "STFT window length in samples (Hann window).")
-    n_mels: int = _f(80, "Number of mel bands.")
-    fmin: float = _f(0.0, "Lowest mel filter frequency in Hz.")
-    fmax: float = _f(8000.0, "Highest mel filter frequency in Hz.")
-    mel_floor: float = _f(1e-5, "Magnitude floor before log10, avoids log(0).")
+    sample_rate: int = _m(22050, "Audio sample rate in Hz; other rates are resampled (counted).")
+    n_fft: int = _m(1024, "FFT size of the STFT.")
+    hop_length: int = _m(256, "STFT hop in samples (one mel frame per hop).")
+    win_length: int = _m(1024, "STFT window length in samples (Hann window).")
+    n_mels: int = _m(80, "Number of mel bands.")
+    fmin: float = _m(0.0, "Lowest mel filter frequency in Hz.")
+    fmax: float = _m(8000.0, "Highest mel filter frequency in Hz.")
+    mel_floor: float = _m(1e-5, "Magnitude floor before log10, avoids log(0).")
     trim_silence: bool = _f(False, "Trim leading/trailing silence below trim_top_db.")
     trim_top_db: float = _f(40.0, "Silence threshold in dB below the peak, for trimming.")
     normalize_loudness: bool = _f(False, "Scale each utterance to target_rms_db.")
     target_rms_db: float = _f(-20.0, "Target RMS level in dBFS for loudness normalisation.")
     min_audio_seconds: float = _f(0.5, "Utterances shorter than this are skipped (counted).")
-    max_audio_seconds: float = _f(12.0, "Utterances longer than this are skipped (counted).")
+    max_audio_seconds: float = _f(12.0, "Utterances longer than this are skipped (counted), or "
+                                        "split when split_long_utterances is on.")
+    split_long_utterances: bool = _f(False, "Cut utterances longer than max_audio_seconds at "
+                                            "pauses that match the punctuation of their "
+                                            "transcript, into pieces with their own text "
+                                            "(counted as split); ones without such pauses are "
+                                            "skipped as too_long. docs/data.md, 'Long "
+                                            "recordings'.")
     max_text_length: int = _f(300, "Texts with more characters are skipped (counted).")
-    text_cleaners: str = _f("english", "Text cleaner: english | multilingual | basic.")
-    use_phonemes: bool = _f(False, "Convert text to phonemes with phonemizer + espeak-ng.")
-    languages: List[str] = _f(["en"], "Language codes the model knows; index = language id.")
-    default_language: str = _f("en", "Language for metadata rows without a language column.")
+    text_cleaners: str = _m("english", "Text cleaner: english | multilingual | basic.")
+    use_phonemes: bool = _m(False, "Convert text to phonemes with phonemizer + espeak-ng.")
+    languages: List[str] = _f(["en"], "Language codes the model knows; index = language id. "
+                                      "Under --init-from: the source run's list, extended by "
+                                      "the new ones listed here or found in the data.")
+    default_language: str = _f("en", "Language for metadata rows without a language column "
+                                     "(under --init-from: the source run's, unless set).")
     val_fraction: float = _f(0.05, "Share of metadata.csv held out for validation when no "
                                    "--val-data is given (seeded split, saved and reused).")
     validation_policy: str = _f("skip", "Bad rows: skip (report and continue) | fail (stop).")
@@ -77,25 +98,26 @@ class DataConfig:
 
 @dataclasses.dataclass
 class ModelConfig:
-    """Sizes of the XTTS-style acoustic model (vocabulary size comes from the tokenizer)."""
+    """Sizes of the XTTS-style acoustic model (vocabulary size comes from the tokenizer). Under
+    --init-from every field the --config file does not set comes from the source run."""
 
-    d_model: int = _f(256, "Hidden width of all transformer blocks.")
-    num_heads: int = _f(4, "Attention heads in every attention layer.")
-    ff_multiplier: int = _f(4, "Feed-forward width = ff_multiplier * d_model.")
-    text_conv_layers: int = _f(3, "Residual convolution blocks at the start of the text "
+    d_model: int = _m(256, "Hidden width of all transformer blocks.")
+    num_heads: int = _m(4, "Attention heads in every attention layer.")
+    ff_multiplier: int = _m(4, "Feed-forward width = ff_multiplier * d_model.")
+    text_conv_layers: int = _m(3, "Residual convolution blocks at the start of the text "
                                   "encoder (the text's only notion of order).")
-    text_conv_kernel: int = _f(5, "Kernel size of those convolutions, in tokens.")
-    text_encoder_layers: int = _f(4, "Transformer blocks in the text encoder.")
-    decoder_layers: int = _f(4, "Blocks in the autoregressive mel decoder.")
-    conditioning_layers: int = _f(2, "Transformer blocks in the reference-mel encoder.")
-    num_speaker_latents: int = _f(32, "Speaker latents from the perceiver resampler (XTTS: 32).")
-    perceiver_layers: int = _f(2, "Cross-attention layers of the perceiver resampler.")
-    reduction_factor: int = _f(2, "Mel frames produced per decoder step (r).")
-    prenet_dim: int = _f(256, "Width of the decoder prenet.")
-    prenet_dropout: float = _f(0.5, "Prenet dropout (also at inference, as in Tacotron).")
-    postnet_layers: int = _f(5, "Conv layers in the postnet.")
-    postnet_channels: int = _f(256, "Channels of the postnet convolutions.")
-    postnet_kernel: int = _f(5, "Kernel size of the postnet convolutions.")
+    text_conv_kernel: int = _m(5, "Kernel size of those convolutions, in tokens.")
+    text_encoder_layers: int = _m(4, "Transformer blocks in the text encoder.")
+    decoder_layers: int = _m(4, "Blocks in the autoregressive mel decoder.")
+    conditioning_layers: int = _m(2, "Transformer blocks in the reference-mel encoder.")
+    num_speaker_latents: int = _m(32, "Speaker latents from the perceiver resampler (XTTS: 32).")
+    perceiver_layers: int = _m(2, "Cross-attention layers of the perceiver resampler.")
+    reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
+    prenet_dim: int = _m(256, "Width of the decoder prenet.")
+    prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")
+    postnet_layers: int = _m(5, "Conv layers in the postnet.")
+    postnet_channels: int = _m(256, "Channels of the postnet convolutions.")
+    postnet_kernel: int = _m(5, "Kernel size of the postnet convolutions.")
     dropout: float = _f(0.1, "Dropout in transformer blocks.")
     max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
                                        "are refused with a hint to split them).")
@@ -157,6 +179,14 @@ class TrainingConfig:
     validate_every_steps: int = _f(1000, "Run validation every N optimizer steps.")
     early_stopping_patience: int = _f(10, "Validations without improvement before stopping; "
                                           "0 = never stop early.")
+    freeze: List[str] = _f([], "Model parts kept unchanged and out of the optimizer (no "
+                               "slots): text_encoder, speaker_encoder, decoder, postnet, or a "
+                               "layer inside one, e.g. decoder/prenet. Embedding rows that "
+                               "--init-from adds for new characters or languages still train.")
+    pretrained_lr_scale: float = _f(1.0, "Under --init-from: the learning rate of the source "
+                                         "run's weights as a fraction of learning_rate, in "
+                                         "(0, 1]; rows added for new characters or languages "
+                                         "train at the full rate.")
     log_every_steps: int = _f(50, "Scalars to TensorBoard and the terminal every N steps.")
     model_start_delay: float = _f(0.0, "Seconds to wait at most for the data device's "
                                        "prefetch buffer to fill (--model-start-delay).")
@@ -341,6 +371,12 @@ class XTTSConfig:
         for key in ("checkpoint_every_steps", "validate_every_steps", "log_every_steps",
                     "max_nonfinite_steps"):
             need(getattr(t, key) >= 1, f"training.{key}", "must be >= 1.")
+        for part in t.freeze:
+            need(part.split("/")[0] in MODEL_PARTS, "training.freeze",
+                 f"entry {part!r} must be one of {', '.join(MODEL_PARTS)} or a layer inside one "
+                 f"(e.g. decoder/prenet).")
+        need(0 < t.pretrained_lr_scale <= 1, "training.pretrained_lr_scale",
+             "must be in (0, 1]; to keep weights unchanged list them in training.freeze.")
 
         v = self.vocoder
         need(v.preset in ("tiny", "small", "full"), "vocoder.preset",
@@ -405,6 +441,14 @@ def _set_field(section, dotted: str, key: str, value: Any, source: str) -> None:
     setattr(section, key, _coerce(value, hints[key], dotted, source))
 
 
+def from_source_keys() -> List[str]:
+    """Dotted keys of the fields that define a trained model (its weight shapes, the features
+    it reads, its text front end): under --init-from they come from the source run."""
+    return [f"{section.name}.{f.name}" for section in dataclasses.fields(XTTSConfig)
+            for f in dataclasses.fields(section.default_factory())
+            if f.metadata.get("from_source")]
+
+
 def markdown_reference() -> str:
     """docs/configuration.md's field table, generated from the dataclass docs."""
     out = ["# Configuration reference", "",
@@ -412,8 +456,15 @@ def markdown_reference() -> str:
            "in `myxtts/config.py`. Presets in `configs/` override only what differs.", ""]
     for section_field in dataclasses.fields(XTTSConfig):
         section = section_field.default_factory()
-        out += [f"## `{section_field.name}`", "", type(section).__doc__ or "", "",
-                "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        out += [f"## `{section_field.name}`", "", " ".join((type(section).__doc__ or "").split()),
+                ""]
+        defining = [key.split(".")[1] for key in from_source_keys()
+                    if key.startswith(section_field.name + ".")]
+        if defining:
+            out += ["These define the trained model; under `--init-from` they come from the source "
+                    "run, and a `--config` file that sets them to other values is an error "
+                    "(docs/finetuning.md): " + ", ".join(f"`{k}`" for k in defining) + ".", ""]
+        out += ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
         hints = typing.get_type_hints(type(section))
         for f in dataclasses.fields(section):
             default = getattr(section, f.name)

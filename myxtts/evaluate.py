@@ -243,7 +243,10 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer) -> List[di
         item = pick.item
         samples = load_samples(item, d)
         gt_mel = synth.log_mel(samples[None])[0].numpy()
-        latents = synth.speaker_latents(pick.reference.audio_path)
+        # The reference's own samples: a piece of a longer recording (split_long) must not
+        # hand over the start of its file, which may be the sentence itself.
+        latents = synth.speaker_latents_from_mel(
+            synth.reference_mel_of(load_samples(pick.reference, d)))
         result = synth.synthesize_detailed(list(item.tokens), item.language_id, latents,
                                            padded_length=padded)
         gt_wave, gt_wave_len = synth.vocoder(gt_mel[None], [gt_mel.shape[0]])

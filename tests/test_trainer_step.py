@@ -2,12 +2,14 @@
 placement of everything the trainer owns, gradient accumulation equal to one big batch,
 non-finite steps skipped and counted (and a streak latching the stop flag), frames counted on
 the device, the fit loop's host-side step counting, float16 and bfloat16 steps, Muon, weight-decay
-exclusions, learning-rate schedules, the auto precision choice.
+exclusions, learning-rate schedules, the auto precision choice, update scales.
 
     python -m pytest tests/test_trainer_step.py -v
 """
 
 import unittest
+
+import numpy as np
 
 from tests.device_harness import run_probe
 from tests.trainer_probes import SETUP
@@ -124,6 +126,26 @@ out["cosine"] = [float(cosine(s)) for s in (0, 5, 10, 60, 110, 500)]
 out["noam"] = [float(noam(s)) for s in (0, 9, 39)] + [float(again(39))]
 auto = resolve_precision("auto", plan.model_device)
 out["auto_precision"] = [auto.policy, auto.loss_scaling, auto.reason]
+
+# Update scales: a fraction of the optimizer's update per variable or per row (0 = kept).
+from myxtts.training.step import TrainStep
+def dense_update(scales):
+    keras.utils.set_random_seed(3)
+    with tf.device(plan.model_device):
+        dense = keras.Sequential([keras.layers.Dense(2)])
+        dense.build((None, 4))
+        optimizer = keras.optimizers.AdamW(learning_rate=0.1)
+        optimizer.build(dense.trainable_variables)
+        rows = None if scales is None else [
+            tf.constant([[0.0], [0.5], [1.0], [1.0]]), 0.25]
+        step = TrainStep(dense, optimizer, lambda b, s, t: {
+            "total": tf.reduce_mean(tf.square(dense(b["x"]) - 1.0))}, loss_names=("total",),
+            model_device=plan.model_device, jit_compile=False, update_scales=rows)
+    before = [w.copy() for w in dense.get_weights()]
+    step({"x": tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4) / 10)})
+    return [(a - b).tolist() for a, b in zip(dense.get_weights(), before)]
+full, scaled = dense_update(None), dense_update(True)
+out["update_scales"] = {"full": full, "scaled": scaled}
 print(json.dumps(out))
 """
 
@@ -277,6 +299,17 @@ class AccumulationAndNonFiniteTest(unittest.TestCase):
         policy, scaling, reason = self.r["auto_precision"]
         self.assertEqual((policy, scaling), ("float32", False))
         self.assertIn("no fp16 tensor cores", reason)
+
+    def test_update_scales_give_a_fraction_of_the_update(self):
+        full, scaled = (np.array(d[0]) for d in (self.r["update_scales"]["full"],
+                                                  self.r["update_scales"]["scaled"]))
+        self.assertGreater(np.abs(full).min(), 1e-3)
+        self.assertTrue(np.all(scaled[0] == 0.0))  # row scale 0: unchanged, bit for bit
+        np.testing.assert_allclose(scaled[1], 0.5 * full[1], rtol=1e-5)
+        np.testing.assert_allclose(scaled[2:], full[2:], rtol=1e-5)
+        bias_full, bias_scaled = (np.array(self.r["update_scales"][k][1])
+                                  for k in ("full", "scaled"))
+        np.testing.assert_allclose(bias_scaled, 0.25 * bias_full, rtol=1e-5)
 
     def test_a_finite_step_resets_the_consecutive_count(self):
         r = self.r["after_recovery"]

@@ -1,8 +1,11 @@
-"""Audio: decoding (any soundfile format), downmix, resampling, trimming, loudness, log-mel.
+"""Audio: decoding (libsndfile formats, ffmpeg ones), downmix, resampling, trimming, loudness,
+log-mel.
 
-Decoding runs on the host with soundfile (+ soxr resampling through librosa); tensorflow-io is
-never needed. The log-mel runs in TensorFlow (`LogMel`, a tf.function built on tf.signal.frame
-and tf.signal.rfft) so it can execute on the data device, and matches
+Decoding runs on the host with soundfile (libsndfile: wav, flac, ogg/vorbis/opus, mp3, aiff, ...)
+or, for the containers libsndfile cannot open (m4a/aac/mp4/webm, myxtts.data.metadata.
+FFMPEG_EXTENSIONS), the ffmpeg program when it is installed; then soxr resampling through librosa.
+tensorflow-io is never needed. The log-mel runs in TensorFlow (`LogMel`, a tf.function built on
+tf.signal.frame and tf.signal.rfft) so it can execute on the data device, and matches
 
     librosa.feature.melspectrogram(y=y, sr=sr, n_fft=n_fft, hop_length=hop, win_length=win,
                                    window="hann", center=True, pad_mode="constant", power=1.0,
@@ -18,6 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import shutil
+import subprocess
+import tempfile
 from typing import Tuple
 
 import librosa
@@ -25,7 +32,13 @@ import numpy as np
 import soundfile as sf
 import tensorflow as tf
 
+from myxtts.data.metadata import FFMPEG_EXTENSIONS
+
 SILENCE_PEAK = 1e-3  # -60 dBFS: a recording whose peak stays below this is silence
+
+
+class FFmpegMissingError(RuntimeError):
+    """A file only ffmpeg decodes, and ffmpeg is not installed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +52,13 @@ class DecodedAudio:
 
 def decode(path: str, sample_rate: int, trim_silence: bool = False, trim_top_db: float = 40.0,
            ) -> DecodedAudio:
-    """Reads `path` (any soundfile format), downmixes to mono, resamples to `sample_rate` and
-    optionally trims leading/trailing silence. Raises soundfile/OS errors for unreadable files."""
-    data, rate = sf.read(path, dtype="float32", always_2d=True)
+    """Reads `path` (any soundfile format, or an ffmpeg one), downmixes to mono, resamples to
+    `sample_rate` and optionally trims leading/trailing silence. Raises soundfile/OS errors for
+    unreadable files, FFmpegMissingError for ffmpeg formats without ffmpeg."""
+    if os.path.splitext(path)[1].lower() in FFMPEG_EXTENSIONS:
+        data, rate = _read_with_ffmpeg(path)
+    else:
+        data, rate = sf.read(path, dtype="float32", always_2d=True)
     channels = data.shape[1]
     samples = data.mean(axis=1) if channels > 1 else data[:, 0]
     if rate != sample_rate and samples.size:
@@ -50,6 +67,27 @@ def decode(path: str, sample_rate: int, trim_silence: bool = False, trim_top_db:
     if trim_silence and samples.size and np.all(np.isfinite(samples)):
         samples, _ = librosa.effects.trim(samples, top_db=trim_top_db)
     return DecodedAudio(np.ascontiguousarray(samples, dtype=np.float32), rate, channels)
+
+
+def _read_with_ffmpeg(path: str) -> Tuple[np.ndarray, int]:
+    """(samples [n, channels] float32, rate) of a file libsndfile cannot open, through ffmpeg
+    (the audio stream as 32-bit float WAV at its own rate and channels, so resampling and
+    downmixing are the same as for every other format)."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
+        raise FFmpegMissingError(
+            f"{os.path.splitext(path)[1]} files need ffmpeg, which is not installed: install it "
+            f"(apt-get install ffmpeg, brew install ffmpeg or conda install ffmpeg) or convert "
+            f"them to WAV or FLAC.")
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = os.path.join(tmp, "decoded.wav")
+        result = subprocess.run([ffmpeg, "-nostdin", "-v", "error", "-i", path, "-vn",
+                                 "-acodec", "pcm_f32le", "-f", "wav", wav],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"ffmpeg cannot decode it: "
+                               f"{' '.join(result.stderr.split())[:200] or 'no audio stream'}")
+        return sf.read(wav, dtype="float32", always_2d=True)
 
 
 def normalize_loudness(samples: np.ndarray, target_rms_db: float) -> np.ndarray:

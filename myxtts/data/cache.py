@@ -44,10 +44,11 @@ def fingerprint(items: Sequence[Item], data_config) -> str:
 
 
 def load_samples(item: Item, data_config) -> np.ndarray:
-    """The training-time audio of an item: decoded, resampled, trimmed, loudness-normalised."""
+    """The training-time audio of an item: decoded, resampled, trimmed, its piece of the file,
+    loudness-normalised."""
     d = data_config
     samples = audio_lib.decode(item.audio_path, d.sample_rate, d.trim_silence,
-                               d.trim_top_db).samples
+                               d.trim_top_db).samples[item.offset:item.offset + item.num_samples]
     if d.normalize_loudness:
         samples = audio_lib.normalize_loudness(samples, d.target_rms_db)
     return samples

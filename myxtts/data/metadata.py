@@ -1,9 +1,11 @@
 """LJSpeech-style metadata: finding the files, parsing rows, the seeded train/validation split.
 
-A dataset folder holds `metadata.csv` (or `metadata_train.csv` + `metadata_eval.csv`) and `wavs/`.
-Rows are `id|text|normalized_text[|speaker[|language]]` in UTF-8; 2-column rows (`id|text`) are
-accepted and a header row (first field `id`, `file`, `audio`, ...) is skipped. The audio of row
-`id` is `wavs/<id>.<ext>` in any format soundfile decodes (.wav, .flac, .ogg, .mp3, ...).
+A dataset folder holds `metadata.csv` (or `metadata_train.csv` + `metadata_eval.csv`) and the
+audio, in `wavs/` or beside the metadata file. Rows are `id|text|normalized_text[|speaker[|
+language]]` in UTF-8; 2-column rows (`id|text`) are accepted and a header row (first field `id`,
+`file`, `audio`, ...) is skipped. The audio of row `id` is `wavs/<id>.<ext>` or `<id>.<ext>` (the
+id may also carry the extension or a relative path: `clip1.wav`, `wavs/clip1.wav`): any format
+libsndfile decodes, and with ffmpeg installed also m4a/aac/mp4/webm (myxtts.data.audio).
 Parsing never raises for a bad row: it returns the rows and the problems (line numbers) so that
 validation can report everything at once. This module does not import TensorFlow.
 """
@@ -21,8 +23,12 @@ from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts.data")
 
-AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf",
-                    ".w64", ".rf64")
+# Decoded by libsndfile (soundfile), in order of preference when one id has several files.
+SOUNDFILE_EXTENSIONS = (".wav", ".wave", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff",
+                        ".aif", ".aifc", ".au", ".snd", ".caf", ".w64", ".rf64")
+# Decoded by the ffmpeg program when it is installed.
+FFMPEG_EXTENSIONS = (".m4a", ".m4b", ".aac", ".mp4", ".webm", ".mka", ".wma", ".ac3")
+AUDIO_EXTENSIONS = SOUNDFILE_EXTENSIONS + FFMPEG_EXTENSIONS
 HEADER_FIRST_FIELDS = {"id", "file", "filename", "file_name", "audio", "audio_file", "wav",
                        "path", "utt", "utterance"}
 SPLIT_FILE = "data_split.json"
@@ -80,9 +86,21 @@ def find_metadata(directory: str, role: str) -> str:
         path = os.path.join(directory, name)
         if os.path.isfile(path):
             return path
-    raise DatasetError(f"Dataset folder {directory} ({flag}) has no {' or '.join(names)}. "
-                       f"Add a metadata file with rows id|text|normalized_text"
-                       f"[|speaker[|language]] next to the wavs/ folder.")
+    audio = sorted(set(_audio_index(directory).values()))
+    if audio:
+        example = os.path.splitext(os.path.basename(audio[0]))[0]
+        raise DatasetError(
+            f"Dataset folder {directory} ({flag}) holds {len(audio)} audio file(s) but no "
+            f"{' or '.join(names)}, which says what is spoken in each. Write "
+            f"{os.path.join(directory, 'metadata.csv')}: UTF-8, one line per recording, "
+            f"<file name without extension>|<the words exactly as spoken>, e.g. "
+            f"'{example}|Hello, this is my voice.' (optional further columns: "
+            f"|normalized_text|speaker|language). `ls` gives the names; a speech recogniser "
+            f"(e.g. Whisper) can draft the texts, which you then correct by listening.")
+    raise DatasetError(f"Dataset folder {directory} ({flag}) has no {' or '.join(names)} and "
+                       f"no audio. Add the recordings (in wavs/ or next to the metadata file) "
+                       f"and a metadata file with rows id|text|normalized_text"
+                       f"[|speaker[|language]].")
 
 
 def eval_metadata_beside(train_metadata: str) -> Optional[str]:
@@ -93,22 +111,35 @@ def eval_metadata_beside(train_metadata: str) -> Optional[str]:
     return path if os.path.isfile(path) else None
 
 
-def _audio_index(wav_dir: str) -> Dict[str, str]:
-    """id → path for every decodable-looking file in wavs/ (preferring .wav, then .flac, ...)."""
+def _audio_index(directory: str) -> Dict[str, str]:
+    """id → path of the audio files in directory/wavs/ and in directory itself (wavs/ first;
+    .wav before .flac, ...), under their stem and under their file name."""
     index: Dict[str, str] = {}
-    if not os.path.isdir(wav_dir):
-        return index
     rank = {ext: i for i, ext in enumerate(AUDIO_EXTENSIONS)}
-    for name in sorted(os.listdir(wav_dir)):
-        stem, ext = os.path.splitext(name)
-        ext = ext.lower()
-        if not ext or ext in (".txt", ".csv", ".json", ".lab"):
-            continue
-        current = index.get(stem)
-        if current is None or rank.get(ext, 99) < rank.get(
-                os.path.splitext(current)[1].lower(), 99):
-            index[stem] = os.path.join(wav_dir, name)
+    for folder in (os.path.join(directory, "wavs"), directory):
+        found: Dict[str, str] = {}
+        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+        for name in names:
+            stem, ext = os.path.splitext(name)
+            if ext.lower() not in rank or not os.path.isfile(os.path.join(folder, name)):
+                continue
+            current = found.get(stem)
+            if current is None or rank[ext.lower()] < rank[os.path.splitext(current)[1].lower()]:
+                found[stem] = os.path.join(folder, name)
+            found[name] = os.path.join(folder, name)
+        for key, path in found.items():
+            index.setdefault(key, path)
     return index
+
+
+def _row_audio(directory: str, audio: Dict[str, str], uid: str) -> Optional[str]:
+    """The audio file of row `uid`: by stem or file name, or a path relative to the metadata."""
+    if uid in audio:
+        return audio[uid]
+    path = os.path.join(directory, uid)
+    if os.path.splitext(uid)[1].lower() in AUDIO_EXTENSIONS and os.path.isfile(path):
+        return path
+    return None
 
 
 def check_separator(path: str) -> None:
@@ -135,7 +166,7 @@ def read_metadata(path: str, default_speaker: str,
     the whole file uses another separator than '|' (check_separator)."""
     check_separator(path)
     directory = os.path.dirname(os.path.abspath(path))
-    audio = _audio_index(os.path.join(directory, "wavs"))
+    audio = _audio_index(directory)
     rows: List[Row] = []
     problems: List[ParseProblem] = []
     with open(path, "rb") as f:
@@ -169,8 +200,21 @@ def read_metadata(path: str, default_speaker: str,
         text = cols[2].strip() if len(cols) >= 3 and cols[2].strip() else cols[1].strip()
         speaker = cols[3].strip() if len(cols) >= 4 and cols[3].strip() else default_speaker
         language = cols[4].strip() if len(cols) >= 5 and cols[4].strip() else default_language
-        rows.append(Row(uid, text, speaker, language, audio.get(uid), path, number))
+        rows.append(Row(uid, text, speaker, language, _row_audio(directory, audio, uid), path,
+                        number))
     return rows, problems
+
+
+def dataset_languages(train_dir: str, val_dir: Optional[str], default_language: str) -> List[str]:
+    """The languages of the rows of a training folder (and validation folder), in the order
+    they first appear (rows without a language column have `default_language`)."""
+    train = find_metadata(train_dir, "train")
+    paths = [train, find_metadata(val_dir, "val") if val_dir else eval_metadata_beside(train)]
+    languages: Dict[str, None] = {}
+    for path in filter(None, paths):
+        for row in read_metadata(path, "", default_language)[0]:
+            languages.setdefault(row.language)
+    return list(languages)
 
 
 # ---- seeded, saved train/validation split ------------------------------------------------------

@@ -4,9 +4,10 @@ model device.
 Public API (what the trainer calls; docs/data.md has the same with examples):
 
     pipeline = InputPipeline(config, train_dir, val_dir=None, *, data_device="/CPU:0",
-                             work_dir=None)
+                             work_dir=None, base_vocabulary=None)
         Validates the dataset(s) (raises DatasetError / DatasetValidationError, message includes
-        the summary table), logs the table, saves work_dir/vocab.json (or reuses it) and writes
+        the summary table), logs the table, saves work_dir/vocab.json (or reuses it; a new one
+        extends `base_vocabulary`, a warm start's source vocab.json, when given) and writes
         the dataset statistics to work_dir/model_info.json. In cached mode it also builds or
         reuses the feature cache.
     pipeline.tokenizer            Tokenizer (vocab_size, encode, decode, save, load)
@@ -69,11 +70,12 @@ class InputPipeline:
     """Validated dataset → bucketed batches on the data device → features on the model device."""
 
     def __init__(self, config, train_dir: str, val_dir: Optional[str] = None, *,
-                 data_device: str = "/CPU:0", work_dir: Optional[str] = None):
+                 data_device: str = "/CPU:0", work_dir: Optional[str] = None,
+                 base_vocabulary: Optional[str] = None):
         self.config = config
         d = self.data_config = config.data
         self.data_device = data_device
-        prepared = prepare_dataset(config, train_dir, val_dir, work_dir)
+        prepared = prepare_dataset(config, train_dir, val_dir, work_dir, base_vocabulary)
         self.report = prepared.report
         self.tokenizer = prepared.tokenizer
         self.items = prepared.items
@@ -110,7 +112,7 @@ class InputPipeline:
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
         self._bank = None
-        self._train_paths = {it.audio_path for it in self.items["train"]}
+        self._train_clips = {it.clip for it in self.items["train"]}
         if self.feature_mode == "cached":
             for split in ("train", "val"):
                 if self.items[split]:
@@ -353,31 +355,30 @@ class InputPipeline:
         feature cache."""
         if self._bank is None:
             d = self.data_config
-            members: Dict[str, Dict[str, object]] = collections.defaultdict(dict)
+            members: Dict[str, Dict[object, object]] = collections.defaultdict(dict)
             for pools in self._reference_pools.values():
                 for pool in pools:
-                    for item in sorted(pool, key=lambda it: it.audio_path not in self._train_paths):
-                        members[item.speaker].setdefault(item.audio_path, item)
+                    for item in sorted(pool, key=lambda it: it.clip not in self._train_clips):
+                        members[item.speaker].setdefault(item.clip, item)
             cap = max(2, min(32, 1024 // max(1, len(members))))
             chosen = [it for speaker in sorted(members)
                       for it in list(members[speaker].values())[:cap]]
-            rows = {it.audio_path: i for i, it in enumerate(chosen)}
+            rows = {it.clip: i for i, it in enumerate(chosen)}
             mels = np.full([len(chosen), self.ref_frames, d.n_mels], math.log10(d.mel_floor),
                            np.float32)
             lengths = np.zeros([len(chosen)], np.int32)
             for bank_split, shards in self._shards.items():
-                by_id = {it.id: it.audio_path for it in self.items[bank_split]
-                         if it.audio_path in rows}
+                by_id = {it.id: it.clip for it in self.items[bank_split] if it.clip in rows}
                 for record in tf.data.TFRecordDataset(shards):
                     uid, mel = cache_lib.parse_record(record, d.n_mels)
-                    path = by_id.get(uid.numpy().decode("utf-8"))
-                    if path is not None:
+                    clip = by_id.get(uid.numpy().decode("utf-8"))
+                    if clip is not None:
                         mel = mel.numpy()[: self.ref_frames]
-                        mels[rows[path], : len(mel)] = mel
-                        lengths[rows[path]] = len(mel)
+                        mels[rows[clip], : len(mel)] = mel
+                        lengths[rows[clip]] = len(mel)
             self._bank = (tf.constant(mels), tf.constant(lengths), rows)
         mels, lengths, rows = self._bank
-        candidates = [[rows[it.audio_path] for it in pool if it.audio_path in rows]
+        candidates = [[rows[it.clip] for it in pool if it.clip in rows]
                       for pool in self._reference_pools[split]]
         return mels, lengths, tf.ragged.constant(candidates, dtype=tf.int32, ragged_rank=1)
 

@@ -2,7 +2,8 @@
 
 `prepare_dataset` is what both `--validate-only` and `InputPipeline` run before any batch exists.
 With a `work_dir` (the checkpoint directory) it reuses a saved `vocab.json` and the saved split,
-and writes the dataset statistics to `model_info.json`.
+and writes the dataset statistics to `model_info.json`; a warm start's source vocabulary is
+extended, never changed (existing ids stay).
 """
 
 from __future__ import annotations
@@ -44,10 +45,27 @@ def default_cache_dir(data_config, train_dir: str) -> str:
     return data_config.cache_dir or os.path.join(train_dir, ".myxtts_cache")
 
 
+def _load_vocabulary(path: str, data_config) -> Tokenizer:
+    d = data_config
+    tokenizer = Tokenizer.load(path)
+    if (tokenizer.cleaner, tokenizer.use_phonemes) != (d.text_cleaners, d.use_phonemes):
+        raise TextError(
+            f"{path} was made with text_cleaners={tokenizer.cleaner!r}, use_phonemes="
+            f"{tokenizer.use_phonemes}, but the config says {d.text_cleaners!r}, "
+            f"{d.use_phonemes}. Token ids would change under the saved model: use the "
+            f"original text settings, or a new checkpoint directory.")
+    logger.info("Using the saved vocabulary %s (%d symbols).", path, tokenizer.vocab_size)
+    return tokenizer
+
+
 def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
-                    work_dir: Optional[str] = None) -> PreparedDataset:
+                    work_dir: Optional[str] = None,
+                    base_vocabulary: Optional[str] = None) -> PreparedDataset:
     """Reads, splits and validates the dataset(s); raises DatasetError (missing folders, policy
-    'fail', too few usable rows) with the summary table in the message."""
+    'fail', too few usable rows) with the summary table in the message.
+
+    `base_vocabulary` (a warm start's source vocab.json) is extended by the characters of the
+    training texts it lacks, unless `work_dir` already holds the run's own vocab.json."""
     d = config.data
     train_metadata = metadata_lib.find_metadata(train_dir, "train")
     default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
@@ -72,20 +90,19 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
 
     tokenizer = None
     vocab_path = os.path.join(work_dir, VOCAB_FILE) if work_dir else None
-    if vocab_path and os.path.isfile(vocab_path):
-        tokenizer = Tokenizer.load(vocab_path)
-        if (tokenizer.cleaner, tokenizer.use_phonemes) != (d.text_cleaners, d.use_phonemes):
-            raise TextError(
-                f"{vocab_path} was made with text_cleaners={tokenizer.cleaner!r}, use_phonemes="
-                f"{tokenizer.use_phonemes}, but the config says {d.text_cleaners!r}, "
-                f"{d.use_phonemes}. Token ids would change under the saved model: use the "
-                f"original text settings, or a new checkpoint directory.")
-        logger.info("Using the saved vocabulary %s (%d symbols).", vocab_path,
-                    tokenizer.vocab_size)
+    extend = not (vocab_path and os.path.isfile(vocab_path)) and base_vocabulary is not None
+    if extend or (vocab_path and os.path.isfile(vocab_path)):
+        tokenizer = _load_vocabulary(base_vocabulary if extend else vocab_path, d)
 
-    report, items, tokenizer = validation.validate(
+    report, items, extended = validation.validate(
         {"train": train_rows, "val": val_rows}, {"train": train_problems, "val": val_problems},
-        d, os.path.join(cache_dir, "validation_cache.json"), tokenizer)
+        d, os.path.join(cache_dir, "validation_cache.json"), tokenizer, extend_tokenizer=extend)
+    if extend:
+        added = extended.symbols[tokenizer.vocab_size:]
+        logger.info("Vocabulary: the %d symbols of %s keep their ids; %s.", tokenizer.vocab_size,
+                    base_vocabulary, f"added {len(added)} the source never saw: "
+                    + " ".join(repr(c) for c in added) if added else "no new characters")
+    tokenizer = extended
     prepared = PreparedDataset(items, report, tokenizer, train_metadata, val_source, cache_dir)
     if work_dir:
         update_model_info(work_dir, dataset=prepared.dataset_info())

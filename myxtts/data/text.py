@@ -238,12 +238,16 @@ class Tokenizer:
     def build(cls, texts: Iterable[str], cleaner: str,
               use_phonemes: bool = False) -> "Tokenizer":
         """Base alphabet + every speakable character of the (already cleaned) training texts."""
+        return cls([] if use_phonemes else list(BASE_ALPHABET), cleaner,
+                   use_phonemes).extended(texts)
+
+    def extended(self, texts: Iterable[str]) -> "Tokenizer":
+        """This vocabulary with the speakable characters of `texts` it lacks appended (sorted):
+        every existing id is unchanged."""
         seen = set()
         for text in texts:
-            seen.update(c for c in text if is_speakable(c))
-        base = [] if use_phonemes else list(BASE_ALPHABET)
-        extra = sorted(seen - set(base))
-        return cls(base + extra, cleaner, use_phonemes)
+            seen.update(c for c in text if is_speakable(c) and c not in self._ids)
+        return Tokenizer(self.symbols[1:] + sorted(seen), self.cleaner, self.use_phonemes)
 
     def unknown_characters(self, text: str) -> List[str]:
         return sorted({c for c in text if c not in self._ids})

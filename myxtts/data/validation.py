@@ -7,10 +7,13 @@ Rules (code: what is checked → what happens):
   duplicate_id        an id already seen in the same split              → later row skipped
   missing_file        no wavs/<id>.<ext>                                → row skipped
   unreadable_audio    soundfile cannot decode it, or a WAV is truncated → row skipped
+  needs_ffmpeg        an m4a/aac/mp4/webm file and no ffmpeg installed  → row skipped
   empty_audio         the file decodes to 0 samples                     → row skipped
   nonfinite_audio     NaN or Inf samples                                → row skipped
   silent_audio        peak below -60 dBFS                               → row skipped
   too_short/too_long  outside data.min_audio_seconds..max_audio_seconds → row skipped
+  split_long          too long, cut at pauses matching its punctuation  → pieces kept
+                      (data.split_long_utterances; myxtts.data.splitting)
   empty_text          no speakable text after cleaning                  → row skipped
   text_too_long       more than data.max_text_length characters         → row skipped
   unknown_language    language column not in data.languages             → row skipped
@@ -41,6 +44,7 @@ import numpy as np
 from myxtts.data import audio as audio_lib
 from myxtts.data import text as text_lib
 from myxtts.data.metadata import DatasetError, ParseProblem, Row
+from myxtts.data.splitting import split_utterance, voiced_intervals
 
 logger = logging.getLogger("myxtts.data")
 
@@ -51,11 +55,13 @@ RULES: Dict[str, Tuple[str, str]] = {
     "duplicate_id": ("id appears twice", "skipped"),
     "missing_file": ("no wavs/<id>.<ext> audio file", "skipped"),
     "unreadable_audio": ("audio cannot be decoded or is truncated", "skipped"),
+    "needs_ffmpeg": ("the format needs ffmpeg, which is not installed", "skipped"),
     "empty_audio": ("audio has no samples", "skipped"),
     "nonfinite_audio": ("audio has NaN/Inf samples", "skipped"),
     "silent_audio": ("audio is silent (peak < -60 dBFS)", "skipped"),
     "too_short": ("shorter than data.min_audio_seconds", "skipped"),
     "too_long": ("longer than data.max_audio_seconds", "skipped"),
+    "split_long": ("longer than data.max_audio_seconds, cut at pauses", "split"),
     "empty_text": ("no text after cleaning", "skipped"),
     "text_too_long": ("text longer than data.max_text_length", "skipped"),
     "unknown_language": ("language not in data.languages", "skipped"),
@@ -76,7 +82,8 @@ class DatasetValidationError(DatasetError):
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-    """A usable utterance: what the pipeline needs to load and batch it."""
+    """A usable utterance: what the pipeline needs to load and batch it. A piece of a longer
+    recording (split_long) is samples [offset, offset + num_samples) of its decoded audio."""
 
     id: str
     audio_path: str
@@ -86,6 +93,12 @@ class Item:
     language_id: int
     num_samples: int  # at data.sample_rate, after optional trimming
     source_rate: int
+    offset: int = 0
+
+    @property
+    def clip(self) -> Tuple[str, int]:
+        """What identifies its audio: the file and where in it the utterance starts."""
+        return self.audio_path, self.offset
 
 
 @dataclasses.dataclass
@@ -98,6 +111,10 @@ class AudioFacts:
     channels: int = 0
     finite: bool = True
     peak: float = 0.0
+    needs_ffmpeg: bool = False  # not cached: installing ffmpeg fixes it
+    # Speech intervals [start, end) (splitting.voiced_intervals); only for files longer than
+    # data.max_audio_seconds when data.split_long_utterances is on.
+    voiced: Optional[List[List[int]]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,21 +225,31 @@ def _wav_truncated(path: str) -> Optional[str]:
             f.seek(length + (length & 1), 1)
 
 
-def probe_audio(path: str, sample_rate: int, trim_silence: bool,
-                trim_top_db: float) -> AudioFacts:
+def probe_audio(path: str, data_config) -> AudioFacts:
     """Decodes a file once the way training will, and records what validation needs."""
+    d = data_config
     try:
         truncated = _wav_truncated(path)
         if truncated:
             return AudioFacts(error=truncated)
-        decoded = audio_lib.decode(path, sample_rate, trim_silence, trim_top_db)
+        decoded = audio_lib.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db)
+    except audio_lib.FFmpegMissingError as e:
+        return AudioFacts(error=str(e), needs_ffmpeg=True)
     except Exception as e:  # pylint: disable=broad-except  # any decoder failure is a finding
         return AudioFacts(error=f"{type(e).__name__}: {e}".strip())
     samples = decoded.samples
     finite = bool(np.all(np.isfinite(samples)))
     peak = float(np.max(np.abs(samples))) if samples.size and finite else 0.0
+    voiced = None
+    if finite and _wants_pauses(samples.size, d):
+        voiced = voiced_intervals(samples, d.sample_rate, d.trim_top_db)
     return AudioFacts(None, int(samples.size), decoded.source_rate, decoded.source_channels,
-                      finite, peak)
+                      finite, peak, voiced=voiced)
+
+
+def _wants_pauses(num_samples: int, data_config) -> bool:
+    d = data_config
+    return d.split_long_utterances and num_samples > d.max_audio_seconds * d.sample_rate
 
 
 class AudioFactsCache:
@@ -281,18 +308,18 @@ def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[
     todo = []
     for path in sorted(set(paths)):
         cached = cache.get(path)
-        if cached is None:
+        if cached is None or (cached.voiced is None and cached.finite and cached.error is None
+                              and _wants_pauses(cached.num_samples, d)):
             todo.append(path)
         else:
             facts[path] = cached
     if todo:
         logger.info("Checking %d audio file(s) (%d cached).", len(todo), len(facts))
         with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-            for path, result in zip(todo, pool.map(
-                    lambda p: probe_audio(p, d.sample_rate, d.trim_silence, d.trim_top_db),
-                    todo)):
+            for path, result in zip(todo, pool.map(lambda p: probe_audio(p, d), todo)):
                 facts[path] = result
-                cache.put(path, result)
+                if not result.needs_ffmpeg:
+                    cache.put(path, result)
         cache.save()
     return facts
 
@@ -302,7 +329,7 @@ def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[
 def _audio_problem(facts: AudioFacts, data_config) -> Optional[Tuple[str, str]]:
     d = data_config
     if facts.error:
-        return "unreadable_audio", facts.error
+        return ("needs_ffmpeg" if facts.needs_ffmpeg else "unreadable_audio"), facts.error
     if facts.num_samples == 0:
         return "empty_audio", "0 samples"
     if not facts.finite:
@@ -317,14 +344,32 @@ def _audio_problem(facts: AudioFacts, data_config) -> Optional[Tuple[str, str]]:
     return None
 
 
+def _split_long(row: Row, cleaned: str, facts: AudioFacts, data_config):
+    """Candidates (row, text, facts, (offset, samples)) for the pieces of a too-long utterance,
+    and the problem to report (split_long, or too_long with the reason it was not cut)."""
+    d = data_config
+    pieces, reason = split_utterance(cleaned, facts.voiced or [], facts.num_samples,
+                                     d.sample_rate, d.min_audio_seconds, d.max_audio_seconds)
+    seconds = facts.num_samples / d.sample_rate
+    if not pieces:
+        return [], ("too_long", f"{seconds:.2f} s > {d.max_audio_seconds} s; not cut: {reason}")
+    rate = d.sample_rate
+    candidates = [(dataclasses.replace(row, id=f"{row.id}#{p.offset / rate:.3f}-"
+                                               f"{(p.offset + p.length) / rate:.3f}"),
+                   p.text, facts, (p.offset, p.length)) for p in pieces]
+    return candidates, ("split_long", f"{seconds:.2f} s cut into {len(pieces)} pieces at "
+                                      + ", ".join(f"{p.offset / rate:.1f} s" for p in pieces[1:]))
+
+
 def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[ParseProblem]],
              data_config, cache_path: Optional[str],
-             tokenizer: Optional[text_lib.Tokenizer] = None,
+             tokenizer: Optional[text_lib.Tokenizer] = None, extend_tokenizer: bool = False,
              ) -> Tuple[ValidationReport, Dict[str, List[Item]], text_lib.Tokenizer]:
     """Checks the rows of each split ("train" first, then "val").
 
     The tokenizer is `tokenizer` when given (a saved vocab.json), else built from the usable
-    training texts. Returns (report, usable items per split, tokenizer).
+    training texts; with `extend_tokenizer`, `tokenizer` extended by the characters of those
+    texts it lacks (a warm start). Returns (report, usable items per split, tokenizer).
     """
     d = data_config
     problems: List[Problem] = []
@@ -335,7 +380,8 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
     facts = collect_audio_facts(paths, d, cache_path, d.num_workers or os.cpu_count() or 1)
     phonemize = text_lib.Phonemizer() if d.use_phonemes else None
 
-    candidates: Dict[str, List[Tuple[Row, str, AudioFacts]]] = {}
+    # (row, cleaned text, audio facts, (offset, samples) of the utterance in its file)
+    candidates: Dict[str, List[Tuple[Row, str, AudioFacts, Tuple[int, int]]]] = {}
     for split, split_rows in rows.items():
         seen = set()
         keep = []
@@ -347,8 +393,9 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
             seen.add(row.id)
             bad = None
             if row.audio_path is None:
-                wav_dir = os.path.join(os.path.dirname(row.metadata_path), "wavs")
-                bad = ("missing_file", f"no {os.path.join(wav_dir, row.id)}.<wav|flac|ogg|...>")
+                folder = os.path.dirname(row.metadata_path)
+                bad = ("missing_file", f"no {os.path.join(folder, 'wavs', row.id)}.<wav|flac|"
+                                       f"ogg|...> or {os.path.join(folder, row.id)}.<...>")
             else:
                 where = f"{row.audio_path} ({where})"
                 bad = _audio_problem(facts[row.audio_path], d)
@@ -358,30 +405,38 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
             cleaned = text_lib.clean_text(row.text, d.text_cleaners, row.language)
             if bad is None and not cleaned:
                 bad = ("empty_text", "no text")
+            pieces = []
+            if (bad and bad[0] == "too_long" and d.split_long_utterances and cleaned
+                    and row.language in d.languages):
+                pieces, bad = _split_long(row, cleaned, facts[row.audio_path], d)
             if bad:
                 problems.append(Problem(bad[0], split, where, bad[1]))
-                continue
-            keep.append((row, cleaned, facts[row.audio_path]))
+            if pieces:
+                keep += pieces
+            elif not bad:
+                f = facts[row.audio_path]
+                keep.append((row, cleaned, f, (0, f.num_samples)))
         candidates[split] = keep
 
     if phonemize is not None:
         for split, keep in candidates.items():
             by_language: Dict[str, List[int]] = collections.defaultdict(list)
-            for i, (row, _, _) in enumerate(keep):
+            for i, (row, _, _, _) in enumerate(keep):
                 by_language[row.language].append(i)
             for language, indices in by_language.items():
                 phones = phonemize([keep[i][1] for i in indices], language)
                 for i, p in zip(indices, phones):
-                    keep[i] = (keep[i][0], p, keep[i][2])
+                    keep[i] = (keep[i][0], p, *keep[i][2:])
 
+    train_texts = (text for _, text, _, _ in candidates.get("train", []))
     if tokenizer is None:
-        tokenizer = text_lib.Tokenizer.build(
-            (text for _, text, _ in candidates.get("train", [])), d.text_cleaners,
-            d.use_phonemes)
+        tokenizer = text_lib.Tokenizer.build(train_texts, d.text_cleaners, d.use_phonemes)
+    elif extend_tokenizer:
+        tokenizer = tokenizer.extended(train_texts)
     items: Dict[str, List[Item]] = {}
     for split, keep in candidates.items():
         usable = []
-        for row, cleaned, f in keep:
+        for row, cleaned, f, (offset, num_samples) in keep:
             where = f"{row.audio_path} ({row.metadata_path}:{row.line})"
             unknown = tokenizer.unknown_characters(cleaned)
             if unknown:
@@ -396,14 +451,14 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
                 problems.append(Problem("text_too_long", split, where,
                                         f"{len(cleaned)} characters > {d.max_text_length}"))
                 continue
-            if f.channels > 1:
+            if f.channels > 1 and offset == 0:  # once per file, not per piece
                 problems.append(Problem("stereo", split, where, f"{f.channels} channels"))
-            if f.source_rate != d.sample_rate:
+            if f.source_rate != d.sample_rate and offset == 0:
                 problems.append(Problem("resampled", split, where,
                                         f"{f.source_rate} Hz → {d.sample_rate} Hz"))
             usable.append(Item(row.id, row.audio_path, cleaned, tuple(tokenizer.encode(cleaned)),
-                               row.speaker, d.languages.index(row.language), f.num_samples,
-                               f.source_rate))
+                               row.speaker, d.languages.index(row.language), num_samples,
+                               f.source_rate, offset))
         items[split] = usable
     problems += _drop_items_without_reference(items)
 
@@ -429,8 +484,7 @@ def reference_pools(items: Dict[str, List[Item]]) -> Dict[str, List[List[Item]]]
             pool = list(by_speaker.get(("train", item.speaker), []))
             if split != "train":
                 pool += by_speaker.get((split, item.speaker), [])
-            pools[split].append([other for other in pool
-                                 if other.audio_path != item.audio_path])
+            pools[split].append([other for other in pool if other.clip != item.clip])
     return pools
 
 

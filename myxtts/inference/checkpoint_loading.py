@@ -113,6 +113,14 @@ def load_checkpoint(directory: str, checkpoint: Optional[str] = None) -> LoadedC
     # Inference runs in float32 whatever precision trained the model (its variables are float32
     # in every policy, so the checkpoint fits).
     keras.mixed_precision.set_global_policy("float32")
+    model = restore_model(directory, path, config, tokenizer)
+    return LoadedCheckpoint(directory, path, config, tokenizer, model, read_model_info(directory))
+
+
+def restore_model(directory: str, path: str, config: XTTSConfig,
+                  tokenizer: Tokenizer) -> XTTSModel:
+    """A model built from the run's `config` and `tokenizer` (under the current precision
+    policy and device) with the model weights of checkpoint `path` of run `directory`."""
     model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
                       config.data.n_mels)
     root = tf.train.Checkpoint(model=model)
@@ -132,4 +140,4 @@ def load_checkpoint(directory: str, checkpoint: Optional[str] = None) -> LoadedC
             f"checkpoint directory exactly as training left it.")
     logger.info("Loaded %s (model weights only; %s parameters).", path,
                 f"{model.count_params():,}")
-    return LoadedCheckpoint(directory, path, config, tokenizer, model, read_model_info(directory))
+    return model

@@ -96,7 +96,8 @@ class Synthesizer:
         except (OSError, RuntimeError, ValueError, sf.LibsndfileError) as e:
             raise ReferenceAudioError(
                 f"Cannot read the reference audio {path}: {e}. Pass a readable recording of "
-                f"the target speaker (wav, flac, ogg or any format libsndfile reads).") from None
+                f"the target speaker (wav, flac, ogg, mp3 or any format libsndfile reads; "
+                f"m4a/aac/mp4/webm with ffmpeg installed).") from None
         if samples.size == 0 or not np.all(np.isfinite(samples)):
             raise ReferenceAudioError(
                 f"The reference audio {path} holds no usable samples (empty or not finite). "
@@ -104,8 +105,12 @@ class Synthesizer:
                 f"speaker.")
         if d.normalize_loudness:
             samples = audio_lib.normalize_loudness(samples, d.target_rms_db)
-        samples = samples[: self.reference_samples]
-        return self.log_mel(samples[None])[0].numpy()
+        return self.reference_mel_of(samples)
+
+    def reference_mel_of(self, samples: np.ndarray) -> np.ndarray:
+        """The log10 mel of the first data.ref_max_seconds seconds of samples decoded like
+        training data (myxtts.data.cache.load_samples)."""
+        return self.log_mel(samples[: self.reference_samples][None])[0].numpy()
 
     def speaker_latents(self, reference_audio_path: str) -> tf.Tensor:
         """float32 [1, num_speaker_latents, d_model] for the speaker of the recording."""

@@ -314,12 +314,16 @@ class Trainer:
         update_model_info(self.directory, steps_trained=self.global_step,
                           best_val_loss=self._best_or_none(), best_step=int(self.best_step.numpy()),
                           last_val_loss=val_loss)
-        patience = self.config.training.early_stopping_patience
+        tc = self.config.training
+        patience = tc.early_stopping_patience
         if patience and int(self.bad_validations.numpy()) >= patience:
-            logger.warning("Early stopping: validation loss has not improved for %d validations "
-                           "(best %.4f at step %d, saved in %s).", patience,
-                           float(self.best_val_loss.numpy()), int(self.best_step.numpy()),
-                           self.checkpoints.best)
+            logger.warning("Early stopping (overtraining): the validation loss has not improved "
+                           "for %d validations (%d steps; training.early_stopping_patience), so "
+                           "the model is learning the training utterances rather than the voice. "
+                           "The best model, validation loss %.4f at step %d, is %s: synthesize "
+                           "or export it with --checkpoint best.", patience,
+                           patience * tc.validate_every_steps, float(self.best_val_loss.numpy()),
+                           int(self.best_step.numpy()), self.checkpoints.best)
             return True
         return False
 

@@ -17,16 +17,23 @@ the step latches `stopped_at` (the step at which the streak reached the limit) a
 look at the flag when it reads its other figures (the trainer: at its log, validation and
 checkpoint points). `on_micro_batch(batch)` runs inside the compiled step for the caller's own
 device-side counts (the trainer: data position and true frames).
+
+`update_scales` give variables (or rows of them) a fraction of the optimizer's update: the new
+value is old + scale * (optimizer's value - old), i.e. a per-element learning rate for Adam(W) and
+Muon, whose updates (weight decay included) are proportional to the learning rate; where the scale
+is 0 the old value is kept bit for bit. Keras optimizers have one learning rate for all variables,
+and scaling gradients instead would not slow Adam down (it divides the scale out).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence, Union
 
 import keras
 import tensorflow as tf
 
 LossFn = Callable[[Dict[str, tf.Tensor], tf.Tensor, bool], Dict[str, tf.Tensor]]
+ScaleLike = Optional[Union[float, tf.Tensor]]
 
 
 class TrainStep:
@@ -34,13 +41,15 @@ class TrainStep:
 
     `loss_fn(batch, step, training)` returns a dict of float32 scalars named `loss_names`, one
     of them "total" (the loss that is differentiated). `max_nonfinite_steps` (0 = never) sets
-    when `stop` latches.
+    when `stop` latches. `update_scales`, one per trainable variable
+    (None = the full update), are floats or float32 tensors broadcastable to the variable.
     """
 
     def __init__(self, model: keras.Model, optimizer, loss_fn: LossFn, *, loss_names,
                  model_device: str, grad_accum_steps: int = 1, jit_compile: bool = True,
                  max_nonfinite_steps: int = 0,
-                 on_micro_batch: Optional[Callable[[Dict[str, tf.Tensor]], None]] = None):
+                 on_micro_batch: Optional[Callable[[Dict[str, tf.Tensor]], None]] = None,
+                 update_scales: Optional[Sequence[ScaleLike]] = None):
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -48,6 +57,7 @@ class TrainStep:
         self.accum = int(grad_accum_steps)
         self.max_nonfinite_steps = int(max_nonfinite_steps)
         self.on_micro_batch = on_micro_batch
+        self.update_scales = list(update_scales or [None] * len(model.trainable_variables))
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         variables = model.trainable_variables
         with tf.device(model_device):
@@ -153,6 +163,8 @@ class TrainStep:
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         scale = self.optimizer.dynamic_scale if self.loss_scaling else 1.0
         norm = tf.linalg.global_norm(grads) / scale  # the unscaled, unclipped norm
+        scaled = [(v, s, v.value.read_value()) for v, s in
+                  zip(self.model.trainable_variables, self.update_scales) if s is not None]
         if self.loss_scaling:
             self.optimizer.apply(grads)  # skips and halves the scale itself when not finite
         else:
@@ -160,6 +172,9 @@ class TrainStep:
                 self.optimizer.apply(grads)
                 return tf.constant(True)
             tf.cond(finite, apply, lambda: tf.constant(False))
+        for variable, fraction, before in scaled:
+            variable.assign(tf.where(fraction > 0, before + fraction * (variable - before),
+                                     before))
         self.grad_norm.update_state(tf.where(finite, norm, 0.0),
                                     sample_weight=tf.cast(finite, tf.float32))
         self.step.assign_add(1)

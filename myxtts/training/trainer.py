@@ -7,12 +7,15 @@ Everything the model owns is created inside `tf.device(model_device)`: weights, 
 optimizer (slots, iteration counter, learning rate, loss-scale state), the step and epoch
 counters, gradient accumulators and metrics. Each step is one `tf.function(jit_compile=
 training.xla)` run under that device (myxtts.training.step). Checkpoints (myxtts.training.
-checkpoints) resume automatically from the latest in training.checkpoint_dir.
+checkpoints) resume automatically from the latest in training.checkpoint_dir; a new run can
+start from another run's model weights instead (`init_from`, myxtts.training.warm_start).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 from typing import Dict, List, Optional
 
 import keras
@@ -22,14 +25,18 @@ import tensorflow as tf
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation.metrics import alignment_measures
+from myxtts.finetune import RESUME_CONFLICT, locate_source
+from myxtts.inference.checkpoint_loading import resolve_checkpoint, restore_model
 from myxtts.inference.griffin_lim import GriffinLim
+from myxtts.model_info import read_model_info, update_model_info
 from myxtts.models.xtts import XTTSModel
 from myxtts.training.base import Batch, Trainer, TrainingStopped
-from myxtts.training.checkpoints import CheckpointStore
+from myxtts.training.checkpoints import CheckpointStore, checkpoint_step
 from myxtts.training.losses import compute_losses
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.optimization import build_optimizer
 from myxtts.training.step import TrainStep
+from myxtts.training.warm_start import SourceRows, copy_source_weights, training_plan
 
 logger = logging.getLogger("myxtts.training")
 
@@ -51,12 +58,20 @@ class XTTSTrainer(Trainer):
 
     `tokenizer` (myxtts.data.text.Tokenizer) gives the vocabulary size when `model` is None and
     is saved as vocab.json. `reset_training` archives earlier checkpoints and starts at step 0.
+    `init_from` (a run directory, DIR/best or a checkpoint prefix) starts a run that has no
+    checkpoint yet from that run's model weights: fresh optimizer, step 0; `config` must take
+    its model fields from that run (myxtts.finetune.warm_start_config) and `tokenizer` must
+    extend its vocabulary.
     """
 
     def __init__(self, config: XTTSConfig, model: Optional[keras.Model] = None,
                  resume_checkpoint: Optional[str] = None, model_device: Optional[str] = None,
-                 *, tokenizer=None, reset_training: bool = False):
+                 *, tokenizer=None, reset_training: bool = False,
+                 init_from: Optional[str] = None):
+        if init_from and resume_checkpoint:
+            raise MyXTTSError(RESUME_CONFLICT)
         self._start_run(config, model_device)
+        self.tokenizer = tokenizer
         tc = config.training
         self._griffin_lim: Optional[GriffinLim] = None
 
@@ -69,12 +84,17 @@ class XTTSTrainer(Trainer):
                 model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
                                   config.data.n_mels)
             self.model = model
+            # Before the optimizer is built: frozen variables get no slots.
+            update_scales = training_plan(
+                model, tc.freeze, tc.pretrained_lr_scale,
+                self._source_rows(init_from, resume_checkpoint, reset_training))
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
             self.step = TrainStep(model, self.optimizer, self._losses, loss_names=LOSS_NAMES,
                                   model_device=self.model_device,
                                   grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla,
                                   max_nonfinite_steps=tc.max_nonfinite_steps,
-                                  on_micro_batch=self._count_batch)
+                                  on_micro_batch=self._count_batch,
+                                  update_scales=update_scales)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
             self.val_metrics = {name: keras.metrics.Mean(name=f"val_{name}")
                                 for name in LOSS_NAMES}
@@ -86,7 +106,7 @@ class XTTSTrainer(Trainer):
             "nonfinite_total": self.step.nonfinite_total, **self.run_counters(),
             **self.step.resume_state(),
         }, keep=tc.keep_checkpoints)
-        self._restore(resume_checkpoint, reset_training)
+        self._restore(resume_checkpoint, reset_training, init_from)
         self.checkpoints.write_sidecars(config, tokenizer)
 
     # -- properties ----------------------------------------------------------------------------
@@ -108,8 +128,11 @@ class XTTSTrainer(Trainer):
 
     def _log_placement(self) -> None:
         model_vars = self.model.variables
-        logger.info("Model: %s parameters in %d variables; optimizer %s with %d variables "
-                    "(slots built); all on %s", self._parameters(self.model), len(model_vars),
+        params = sum(int(np.prod(v.shape)) for v in self.model.weights)
+        trainable = sum(int(np.prod(v.shape)) for v in self.model.trainable_variables)
+        logger.info("Model: %s parameters%s in %d variables; optimizer %s with %d variables "
+                    "(slots built); all on %s", f"{params:,}",
+                    f" ({trainable:,} trainable)" if trainable < params else "", len(model_vars),
                     type(self.optimizer).__name__, len(self.optimizer.variables),
                     self._placement([*model_vars, *self.optimizer.variables]))
 
@@ -118,6 +141,66 @@ class XTTSTrainer(Trainer):
 
     def _micro_batches_done(self) -> int:
         return int(self.step.micro_step.numpy())
+
+    def _source_rows(self, init_from: Optional[str], resume_checkpoint: Optional[str],
+                     reset: bool) -> Optional[SourceRows]:
+        """The embedding rows that hold another run's weights: of `init_from` for a run that
+        starts now, as recorded in model_info.json for one that resumes (None: no warm start)."""
+        if not reset and (resume_checkpoint or tf.train.get_checkpoint_state(self.directory)):
+            recorded = read_model_info(self.directory).get("init_from")
+            return SourceRows(**recorded["source_rows"]) if recorded else None
+        if not init_from:
+            return None
+        return SourceRows.of(locate_source(init_from))
+
+    def _restore(self, resume_checkpoint: Optional[str], reset: bool,
+                 init_from: Optional[str] = None) -> bool:
+        """The shared restore, then --init-from's weights for a run that starts at step 0 (a run
+        that resumes keeps its own weights)."""
+        if reset:
+            update_model_info(self.directory, init_from=None)
+        restored = super()._restore(resume_checkpoint, reset)
+        if init_from and restored:
+            recorded = read_model_info(self.directory).get("init_from")
+            logger.info("--init-from %s is not applied again: %s", init_from,
+                        f"this run started from {recorded['checkpoint']}" if recorded else
+                        "this directory holds a run of its own; pass a new "
+                        "--checkpoint-dir to warm-start")
+        elif init_from:
+            self._warm_start(init_from)
+        return restored
+
+    def _warm_start(self, init_from: str) -> None:
+        """Copies the model weights of `init_from` into this run's model (step 0, fresh
+        optimizer) and records where they came from in model_info.json."""
+        source = locate_source(init_from)
+        path = resolve_checkpoint(source.directory, source.checkpoint)
+        # A passing copy, in host memory and float32 (variables are float32 in every policy).
+        policy = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy("float32")
+        try:
+            with tf.device("/CPU:0"):
+                source_model = restore_model(source.directory, path, source.config,
+                                             source.tokenizer)
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
+        grown = copy_source_weights(source_model, self.model)
+        rows = SourceRows.of(source)
+        symbols = self.tokenizer.symbols[rows.tokens:] if self.tokenizer else []
+        languages = self.config.data.languages[rows.languages:]
+        step = checkpoint_step(path)
+        update_model_info(self.directory, init_from={
+            "checkpoint": os.path.abspath(path), "step": step,
+            "source_rows": dataclasses.asdict(rows), "added_symbols": symbols,
+            "added_languages": languages})
+        added = {"tokens": " ".join(repr(c) for c in symbols), "languages": ", ".join(languages)}
+        new_rows = "; ".join(f"{name} {a}-{b - 1} ({added[name]})"
+                             for name, (a, b) in grown.items())
+        logger.info("Initialised from %s (step %d of that run): model weights only; fresh "
+                    "optimizer, step 0, checkpoints in %s. %s", path, step, self.directory,
+                    f"New embedding rows, set to the mean of the source rows: {new_rows}."
+                    if new_rows else "No embedding rows added.")
+
 
     def _updates_after(self, micro: int) -> bool:
         return self.step.updates_after(micro)
