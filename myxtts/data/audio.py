@@ -127,9 +127,9 @@ class LogMel:
 
     `xla_parts` = 0: a plain tf.function (what a SavedModel holds). `xla_parts` = k > 0: XLA
     fuses framing, the float64 window/FFT and the mel projection, and the batch's rows are split
-    into k XLA launches that the executor runs concurrently: an XLA FFT runs on one core, so on
-    a CPU data device k = its cores uses all of them (on a GPU, 1). A row's result is the same
-    either way (to float32 rounding)."""
+    into k XLA launches that the executor runs concurrently (on a CPU data device k = its cores,
+    so they all work on one batch; on a GPU, 1). A row's result is the same either way (to
+    float32 rounding)."""
 
     def __init__(self, sample_rate: int, n_fft: int, hop_length: int, win_length: int,
                  n_mels: int, fmin: float, fmax: float, mel_floor: float, xla_parts: int = 0):
