@@ -146,8 +146,9 @@ class Trainer:
 
     @property
     def _replica_devices(self):
+        """This machine's model devices ("/GPU:1", ...)."""
         if self.distribution is not None:
-            return list(self.distribution.replica_devices)
+            return list(self.distribution.plan.model_devices)
         return [self.model_device]
 
     def _create_run_counters(self) -> None:

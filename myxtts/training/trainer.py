@@ -81,7 +81,7 @@ class XTTSTrainer(Trainer):
                 if tokenizer is None:
                     raise MyXTTSError("XTTSTrainer needs a tokenizer (for the vocabulary size) "
                                       "when no model is passed.")
-                logger.info("Creating model on device: %s", self.model_device)
+                logger.info("Creating model on device: %s", ", ".join(self._replica_devices))
                 model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
                                   config.data.n_mels)
             self.model = model
