@@ -82,7 +82,8 @@ class MirroredTrainStep(TrainStep):
         if self.accum > 1:
             self._host_micro += 1
             apply = self._host_micro % self.accum == 0
-        return self._compiled(batch, apply)
+        with tf.device(self.model_device):  # the cross-replica part and the outputs
+            return self._compiled(batch, apply)
 
     # -- internals -----------------------------------------------------------------------------
     def _replica_step(self, batch, seed):
