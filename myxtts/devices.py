@@ -11,8 +11,9 @@ Plans (see docs/dual_gpu.md):
   single    A == B (or no ids on a GPU machine): one GPU holds both roles.
   split     A == B with --split-gpu: one physical GPU split into two logical GPUs with memory limits.
   cpu       no GPU: two logical CPU devices, /CPU:0 data and /CPU:1 model, with a WARNING
-            (an error under --require-gpu); with several model devices, one logical CPU device
-            more per replica.
+            (an error under --require-gpu).
+  cpu_multi no GPU, several model devices (or multi_worker): one logical CPU device for the
+            data and one per model replica.
   multi     --data-gpu A --model-gpus B,C,...: a tf.distribute strategy over the model GPUs
             (docs/distributed.md). Only A and the model GPUs are visible. MirroredStrategy:
             A is /GPU:0, the model GPUs /GPU:1../GPU:N. MultiWorkerMirroredStrategy takes a
@@ -65,7 +66,7 @@ class GpuInfo:
 class DevicePlan:
     """Where data work and model work run, decided before TensorFlow starts."""
 
-    mode: str  # "dual" | "single" | "split" | "cpu" | "multi"
+    mode: str  # "dual" | "single" | "split" | "cpu" | "multi" | "cpu_multi"
     data_device: str  # logical device name after configuration, e.g. "/GPU:0"
     model_device: str  # the (first) model device: it holds validation and the run's metrics
     physical_data_gpu: Optional[int] = None
