@@ -9,6 +9,10 @@ counters, gradient accumulators and metrics. Each step is one `tf.function(jit_c
 training.xla)` run under that device (myxtts.training.step). Checkpoints (myxtts.training.
 checkpoints) resume automatically from the latest in training.checkpoint_dir; a new run can
 start from another run's model weights instead (`init_from`, myxtts.training.warm_start).
+
+With `distribution` (myxtts.training.distribution.Distribution, docs/distributed.md) the same
+things are created in the strategy's scope, mirrored on every model device, and the step is
+myxtts.training.mirrored_step.MirroredTrainStep; validation runs on the first model device.
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ class XTTSTrainer(Trainer):
     `init_from` (a run directory, DIR/best or a checkpoint prefix) starts a run that has no
     checkpoint yet from that run's model weights: fresh optimizer, step 0; `config` must take
     its model fields from that run (myxtts.finetune.warm_start_config) and `tokenizer` must
-    extend its vocabulary.
+    extend its vocabulary. `distribution` trains on a tf.distribute strategy's model devices
+    (then `model_device` is its first one).
     """
 
     def __init__(self, config: XTTSConfig, model: Optional[keras.Model] = None,
