@@ -243,10 +243,12 @@ def main(argv) -> int:
                          f"{plan.strategy} (several model devices or machines) is for the "
                          f"acoustic model. Pass --model-gpu instead of --model-gpus, and unset "
                          f"TF_CONFIG.")
+    training = not (FLAGS["device-check"].value or FLAGS["validate-only"].value)
     with quiet_tensorflow_start(FLAGS["verbose"].value):
         devices.configure(plan)
-        # MultiWorkerMirroredStrategy must start before any TensorFlow operation runs.
-        distribution = _distribution(plan)
+        # MultiWorkerMirroredStrategy must start before any TensorFlow operation runs (and
+        # waits for every worker: only when training).
+        distribution = _distribution(plan) if training else None
     logger.info("%s", devices.startup_report(plan))
     if FLAGS["device-check"].value:
         for line in devices.self_check(plan):
