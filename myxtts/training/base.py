@@ -151,6 +151,12 @@ class Trainer:
             return list(self.distribution.plan.model_devices)
         return [self.model_device]
 
+    def _memory_devices(self, pipeline):
+        """The devices whose memory the log lines report: the pipeline's data device (the
+        pipelines of myxtts.data have one) and this machine's model devices."""
+        data_device = getattr(pipeline, "data_device", None)
+        return ([data_device] if data_device else []) + self._replica_devices
+
     def _create_run_counters(self) -> None:
         """Call inside self._model_scope()."""
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
@@ -237,7 +243,7 @@ class Trainer:
                               self.checkpoints.latest, self._best_or_none())
         monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate,
-                                  memory_devices=[pipeline.data_device, *self._replica_devices])
+                                  memory_devices=self._memory_devices(pipeline))
         self._stop_signal = None
         self._fit_started = time.monotonic()
         previous_handlers = install_stop_handlers(self._on_stop_signal)
