@@ -22,13 +22,12 @@ Plans (see docs/dual_gpu.md):
 
 The strategy (plan.strategy) is "none" for the one-model-device plans (no tf.distribute in the
 step), "mirrored" for several model devices on this machine, "multi_worker" for several machines
-(TF_CONFIG, or a Slurm job step); `read_cluster` checks TF_CONFIG before TensorFlow starts.
+(TF_CONFIG, or a Slurm job step; myxtts.cluster checks TF_CONFIG before TensorFlow starts).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -36,6 +35,7 @@ import subprocess
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from myxtts.cluster import Cluster, read_cluster
 from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts.devices")
@@ -78,7 +78,7 @@ class DevicePlan:
     # Under a strategy: every model device (replica) of this machine, and their physical GPUs.
     model_devices: Tuple[str, ...] = ()
     physical_model_gpus: Tuple[int, ...] = ()
-    cluster: Optional["Cluster"] = None  # multi_worker: this worker's place in the cluster
+    cluster: Optional[Cluster] = None  # multi_worker: this worker's place in the cluster
 
     @property
     def uses_gpu(self) -> bool:
@@ -369,77 +369,6 @@ def _check_gpu_list(ids: Sequence[int], flag: str = "--model-gpus") -> None:
                                        f"(indices start at 0).")
 
 
-@dataclasses.dataclass(frozen=True)
-class Cluster:
-    """This worker's place in a multi-worker job, read before TensorFlow starts."""
-
-    source: str  # "TF_CONFIG" | "Slurm"
-    task_type: str  # "chief" | "worker"
-    task_index: int
-    worker_index: int  # 0..workers-1, the chief (if any) first: the input shard it reads
-    workers: int
-    is_chief: bool
-    addresses: Tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        role = "chief" if self.is_chief else "worker"
-        return (f"{self.source}: task {self.task_type}:{self.task_index}, worker "
-                f"{self.worker_index + 1} of {self.workers} ({role})")
-
-
-def read_cluster(strategy: str = "auto") -> Optional[Cluster]:
-    """The cluster from TF_CONFIG (or, under --strategy multi_worker, a Slurm job step's
-    SLURM_PROCID/SLURM_NTASKS); None when neither is set. A TF_CONFIG that does not describe a
-    chief/worker task of its cluster is an error naming what is wrong."""
-    text = os.environ.get("TF_CONFIG")
-    if text is None or not text.strip():
-        if strategy == "multi_worker" and "SLURM_PROCID" in os.environ:
-            procid, ntasks = int(os.environ["SLURM_PROCID"]), int(os.environ.get(
-                "SLURM_NTASKS", "1"))
-            return Cluster("Slurm", "worker", procid, procid, ntasks, procid == 0)
-        return None
-
-    def bad(why: str) -> DeviceConfigurationError:
-        return DeviceConfigurationError(
-            f"TF_CONFIG cannot be used for multi-worker training: {why}. It must be JSON like "
-            f'{{"cluster": {{"worker": ["10.0.0.1:12345", "10.0.0.2:12345"]}}, "task": '
-            f'{{"type": "worker", "index": 0}}}} (the same cluster on every machine, each with '
-            f"its own task; docs/distributed.md). Fix it, or unset TF_CONFIG to train on this "
-            f"machine alone.")
-
-    try:
-        config = json.loads(text)
-    except ValueError as e:
-        raise bad(f"it is not valid JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise bad("it is not a JSON object")
-    cluster, task = config.get("cluster"), config.get("task")
-    if not isinstance(cluster, dict) or not cluster:
-        raise bad('"cluster" is missing or empty')
-    if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise bad('"task" must give "type" and "index"')
-    unknown = sorted(set(cluster) - {"chief", "worker"})
-    if unknown:
-        raise bad(f"cluster job(s) {', '.join(unknown)} are not supported (only chief and "
-                  f"worker: every task trains)")
-    jobs = {}
-    for job in ("chief", "worker"):
-        addresses = cluster.get(job, [])
-        if (not isinstance(addresses, list) or
-                any(not isinstance(a, str) or ":" not in a for a in addresses)):
-            raise bad(f'cluster "{job}" must be a list of "host:port" strings')
-        jobs[job] = addresses
-    if len(jobs["chief"]) > 1:
-        raise bad(f'there can be one chief, not {len(jobs["chief"])}')
-    task_type, index = task["type"], task["index"]
-    if task_type not in jobs or not isinstance(index, int) or not 0 <= index < len(jobs[task_type]):
-        raise bad(f"task {task_type}:{index} is not in the cluster")
-    addresses = tuple(jobs["chief"] + jobs["worker"])
-    worker_index = index if task_type == "chief" else len(jobs["chief"]) + index
-    return Cluster("TF_CONFIG", task_type, index, worker_index, len(addresses),
-                   worker_index == 0, addresses)
-
-
 def _plan_distributed(strategy: str, data_gpu: Optional[int], model_gpus: List[int],
                       gpus: Tuple[GpuInfo, ...], cluster: Optional[Cluster], *,
                       require_gpu: bool, split_gpu: bool, data_memory_mb: Optional[int],
@@ -470,8 +399,8 @@ def _plan_distributed(strategy: str, data_gpu: Optional[int], model_gpus: List[i
         else:
             models = tuple(f"/CPU:{i + 1}" for i in range(n))
             data = "/CPU:0"
-        logger.warning("No GPU found: the data device and the %d model device(s) (GPU ids %s "
-                       "requested) are logical CPU devices.", n, ids)
+        logger.warning("No GPU found: the data device and the %d model device(s) are logical "
+                       "CPU devices.", n)
         return DevicePlan("cpu_multi", data, models[0], gpus_found=gpus, strategy=strategy,
                           model_devices=models, cluster=cluster)
     count = len(gpus)
