@@ -18,7 +18,8 @@
 Under a tf.distribute strategy each replica sees a slice of the global batch, and a mean of
 per-replica means would weigh a frame of a short slice more than one of a long slice. So the
 replica calls `loss_counts` (how many values each loss averages over in its slice: valid mel
-values, stop frames, valid attention rows), the strategy sums them over the replicas, and
+values, stop frames, valid attention rows; from the batch alone, so before the forward pass),
+the strategy sums them over the replicas, and
 `compute_losses(..., counts=global counts)` divides each replica's SUM by the global count: the
 replicas' losses then add up to the one-device loss of the global batch, and so do their
 gradients. Without `counts` the losses are the batch's own means, computed as before.
@@ -75,21 +76,22 @@ def _step_lengths(mel_lengths: tf.Tensor, reduction_factor: int) -> tf.Tensor:
     return (mel_lengths + reduction_factor - 1) // reduction_factor
 
 
-def loss_counts(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
-                reduction_factor: int) -> Dict[str, tf.Tensor]:
-    """How many values each loss of `compute_losses` averages over in this batch (float32):
+def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
+                attention_heads: int) -> Dict[str, tf.Tensor]:
+    """How many values each loss of `compute_losses` averages over in this batch (float32),
+    from the batch alone (a strategy sums them over the replicas BEFORE the forward pass):
     "mel" (valid frames x mel bands, also the postnet's), "stop" (every frame of every item),
-    "attention" (valid decoder steps x attention heads). Independent of the weights."""
+    "attention" (valid decoder steps x `attention_heads`, the text_attention heads of all
+    decoder blocks)."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
-    frames = tf.shape(batch["mel"])[1]
-    valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, frames), tf.float32))
-    attention = outputs["text_attention"]
-    heads = tf.shape(attention)[1] if attention.shape.rank == 4 else 1
-    steps = tf.reduce_sum(tf.cast(tf.sequence_mask(_step_lengths(mel_lengths, reduction_factor),
-                                                   tf.shape(attention)[-2]), tf.float32))
-    return {"mel": valid * tf.cast(tf.shape(batch["mel"])[2], tf.float32),
-            "stop": tf.cast(tf.size(outputs["stop_logits"]), tf.float32),
-            "attention": steps * tf.cast(heads, tf.float32)}
+    shape = tf.shape(batch["mel"])
+    valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, shape[1]), tf.float32))
+    steps = tf.reduce_sum(tf.cast(tf.sequence_mask(
+        _step_lengths(mel_lengths, reduction_factor),
+        (shape[1] + reduction_factor - 1) // reduction_factor), tf.float32))
+    return {"mel": valid * tf.cast(shape[2], tf.float32),
+            "stop": tf.cast(shape[0] * shape[1], tf.float32),
+            "attention": steps * float(attention_heads)}
 
 
 def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,

@@ -5,11 +5,12 @@ across machines; myxtts.training.distribution).
 One call = one micro-batch of the global batch, already split by the data device into one
 equal-shaped slice per replica (Distribution.distribute_batch):
 
-  replica context (`strategy.run`, once per model device): forward and backward of the slice.
-      The loss counts (valid mel values, stop frames, attention rows) are first summed over
-      every replica (`ReplicaContext.all_reduce`), and each replica divides its loss SUMS by
-      those global counts (myxtts.training.losses), so the replicas' losses and gradients add up
-      to the loss and gradient of the global batch: a frame weighs the same wherever it lands.
+  replica context (`strategy.run`, once per model device): the loss counts of the slice
+      (valid mel values, stop frames, attention rows; `count_fn`, from the batch alone) are
+      summed over every replica (`ReplicaContext.all_reduce`); then the forward and backward
+      pass, in which each replica divides its loss SUMS by those global counts
+      (myxtts.training.losses), so the replicas' losses and gradients add up to the loss and
+      gradient of the global batch: a frame weighs the same wherever it lands.
   cross-replica context: the gradients are summed over the replicas onto the variables' devices
       (`extended.batch_reduce_to`, one all-reduce per micro-batch), then the update is exactly
       TrainStep's: accumulation, non-finite skipping, loss scaling, clipping after unscaling
@@ -22,8 +23,10 @@ would depend on how the batch was split; and an XLA-compiled `apply_gradients` u
 cannot reach the other replicas' variables (its merge_call leaves the compiled function). Called
 in the cross-replica context with already-reduced gradients, the optimizer updates every
 component of each MirroredVariable itself (`extended.update`) and needs no merge_call. Under
-training.xla only the replicas' forward and backward pass is XLA-compiled (the trainer's
-`forward`); the all-reduce and the update run in a plain tf.function around it.
+training.xla each replica's forward and backward pass is one XLA-compiled function (the loss
+counts are all-reduced before it, which is why they come from the batch alone); the all-reduces
+and the update run in a plain tf.function around it. (Compiling the forward pass alone does not
+work: the gradient of a compiled decoder loop needs TensorLists to cross the XLA boundary.)
 
 Whether a micro-batch ends an optimizer update is decided on the host, which counts the
 micro-batches anyway, instead of by a tf.cond on the device: collective all-reduces inside a
@@ -53,14 +56,17 @@ class MirroredTrainStep(TrainStep):
     """TrainStep over `distribution`'s replicas; `__call__` takes the PerReplica batch dict that
     `distribution.distribute_batch` (the feeder) gives.
 
-    `loss_fn(batch, step, training, global_counts=fn)` must return, per replica, values whose sum
-    over the replicas is the global batch's value (the trainer divides its loss sums by
-    `global_counts(loss_counts(...))`).
+    `count_fn(batch)` gives the slice's loss counts (a dict of float32 scalars);
+    `loss_fn(batch, step, training, counts=global counts)` must return, per replica, values
+    whose sum over the replicas is the global batch's value (the trainer divides its loss sums
+    by the counts).
     """
 
-    def __init__(self, model: keras.Model, optimizer, loss_fn, *, distribution, **kwargs):
+    def __init__(self, model: keras.Model, optimizer, loss_fn, *, distribution, count_fn,
+                 **kwargs):
         self.distribution = distribution
         self.strategy = distribution.strategy
+        self.count_fn = count_fn
         self._host_micro: Optional[int] = None
         super().__init__(model, optimizer, loss_fn, model_device=distribution.primary_device,
                          **kwargs)
@@ -69,8 +75,10 @@ class MirroredTrainStep(TrainStep):
         return self.distribution.scope()
 
     def _compile(self, jit_compile: bool):
-        # jit_compile applies to the trainer's forward pass inside the replicas (see the module
-        # docstring); the function around the all-reduce and the update stays plain.
+        # jit_compile applies to each replica's forward and backward pass (see the module
+        # docstring); the function around the all-reduces and the update stays plain.
+        self._replica_gradients = tf.function(self._gradients, jit_compile=jit_compile,
+                                              reduce_retracing=False)
         return tf.function(self._distributed_step, reduce_retracing=False)
 
     def __call__(self, batch) -> Dict[str, tf.Tensor]:
@@ -91,20 +99,21 @@ class MirroredTrainStep(TrainStep):
         if seed is not None:
             batch = dict(batch, dropout_seed=tf.random.experimental.stateless_fold_in(
                 seed, context.replica_id_in_sync_group))
+        counts = context.all_reduce(SUM, self.count_fn(batch))
+        grads, losses = self._replica_gradients(batch, counts)
+        return grads, losses, batch["mel_lengths"]
+
+    def _gradients(self, batch, counts):
+        """This replica's share of the losses and its (scaled) gradients."""
         variables = self.model.trainable_variables
-
-        def global_counts(counts):
-            return context.all_reduce(SUM, tf.nest.map_structure(tf.stop_gradient, counts))
-
         with tf.GradientTape() as tape:
-            losses = self.loss_fn(batch, self.step, True, global_counts=global_counts)
+            losses = self.loss_fn(batch, self.step, True, counts=counts)
             scaled = losses["total"]
             if self.loss_scaling:
                 scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, variables)
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(grads, variables)]
-        return grads, losses, batch["mel_lengths"]
+        return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                for g, v in zip(grads, variables)], losses
 
     def _distributed_step(self, batch, apply: bool):
         seed = None

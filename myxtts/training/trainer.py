@@ -99,15 +99,15 @@ class XTTSTrainer(Trainer):
         step_options = dict(loss_names=LOSS_NAMES, grad_accum_steps=tc.grad_accum_steps,
                             jit_compile=tc.xla, max_nonfinite_steps=tc.max_nonfinite_steps,
                             on_micro_batch=self._count_batch, update_scales=update_scales)
-        self._forward = model
         if distribution is None:
             self.step = TrainStep(model, self.optimizer, self._losses,
                                   model_device=self.model_device, **step_options)
         else:
-            if tc.xla:  # the replicas' forward (and its gradient) only: mirrored_step.py
-                self._forward = tf.function(model.__call__, jit_compile=True)
-            self.step = MirroredTrainStep(model, self.optimizer, self._losses,
-                                          distribution=distribution, **step_options)
+            heads = config.model.decoder_layers * config.model.num_heads  # text_attention's
+            self.step = MirroredTrainStep(
+                model, self.optimizer, self._losses, distribution=distribution,
+                count_fn=lambda b: loss_counts(b, config.model.reduction_factor, heads),
+                **step_options)
         with tf.device(self.model_device):
             self.val_metrics = {name: keras.metrics.Mean(name=f"val_{name}")
                                 for name in LOSS_NAMES}
@@ -129,16 +129,15 @@ class XTTSTrainer(Trainer):
 
     # -- setup ---------------------------------------------------------------------------------
     def _losses(self, batch: Batch, step, training: bool,
-                global_counts=None) -> Dict[str, tf.Tensor]:
-        """The losses of `batch`; under a strategy (`global_counts` sums the loss counts over
-        the replicas) this replica's share of the global batch's losses."""
-        outputs = self._forward(batch, training=training)
+                counts=None) -> Dict[str, tf.Tensor]:
+        """The losses of `batch`; under a strategy (`counts`: the global batch's loss counts,
+        summed over the replicas) this replica's share of the global batch's losses."""
+        outputs = self.model(batch, training=training)
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         r = self.config.model.reduction_factor
-        if global_counts is None:
+        if counts is None:
             return compute_losses(outputs, batch, self.config.training, step, r)
-        losses = compute_losses(outputs, batch, self.config.training, step, r,
-                                global_counts(loss_counts(outputs, batch, r)))
+        losses = compute_losses(outputs, batch, self.config.training, step, r, counts)
         # Every replica has the whole weight; the strategy sums the replicas' values.
         replicas = tf.distribute.get_replica_context().num_replicas_in_sync
         losses["guided_attention_weight"] /= replicas
