@@ -213,9 +213,10 @@ class MirroredUpdateTest(unittest.TestCase):
 
     def test_mixed_float16_and_accumulation_as_on_one_device(self):
         """float16 activations are rounded by kernels whose blocking depends on the batch
-        shape: fed a 2 + 2 split of a 4-item batch the replicas' gradients differ from the
-        one-device gradients by float16 rounding (weights ~2e-4 apart after one update, as
-        measured while this was built), which says nothing about the distribution. So each
+        shape: fed a 2 + 2 split of a 4-item batch of unequal lengths (loss scale 2^10), the
+        weights of the mirrored and the one-device update were 4.5e-4 apart and the optimizer
+        slots 2.3e-6 (measured while this was built; the losses agreed to float32 precision),
+        which is float16 rounding, not the distribution. So each
         replica here gets a slice of exactly the one-device micro-batch's shape and values (the
         global micro-batch is that batch twice: the same frame-weighted loss and gradient).
         Both start from the same loss scale, 2^10: the doubled global batch halves each
