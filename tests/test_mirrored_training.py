@@ -19,8 +19,6 @@ import subprocess
 import sys
 import unittest
 
-import numpy as np
-
 from myxtts import devices
 from tests.device_harness import REPO, run_probe
 
@@ -278,12 +276,11 @@ class DevicePlanTest(unittest.TestCase):
         self.assertIn("--model-gpus '1;2'", str(e.exception))
 
     def test_cli_reports_bad_device_flags_before_tensorflow(self):
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES="",
-                   TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:1"]}, "task": ')
+        bad_tf_config = '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": '
         for args, message in [(["--model-gpus", "1,1"], "--model-gpus 1,1 names a GPU twice"),
                               (["--model-gpus", "1,2", "--model-gpu", "1"], "both name"),
                               ([], "TF_CONFIG cannot be used")]:
-            extra = {} if args else {"TF_CONFIG": env["TF_CONFIG"]}
+            extra = {} if args else {"TF_CONFIG": bad_tf_config}
             proc = subprocess.run(
                 [sys.executable, os.path.join(REPO, "train_main.py"), "--device-check",
                  "--config", "configs/tiny.yaml", *args],
