@@ -157,6 +157,10 @@ class MultiWorkerTest(unittest.TestCase):
             workers[0][0].send_signal(signal.SIGKILL)
             workers[0][0].wait()
         resumed = latest_step(self.run_dir)
+        # SIGKILL left worker 1's temporary directory behind (nothing runs at a SIGKILL).
+        killed_dir = re.search(r"writes .* to (\S+) \(removed at exit\)",
+                               self.output(workers[1][1])).group(1)
+        shutil.rmtree(killed_dir)
 
         # 2. Restart both: they resume from the chief's last checkpoint and train 2 steps.
         workers = self.start(max_steps=resumed + 2)
