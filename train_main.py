@@ -3,6 +3,8 @@
     python train_main.py --data-gpu 0 --model-gpu 1 --train-data DIR --val-data DIR \
         --batch-size 32 --epochs 100
     python train_main.py --device-check --data-gpu 0 --model-gpu 1
+    python train_main.py --data-gpu 0 --model-gpus 1,2,3 ...     # MirroredStrategy
+    TF_CONFIG='{...}' python train_main.py --data-gpu 0 --model-gpus 1,2 ...   # several machines
 
 Device flags are parsed and applied BEFORE TensorFlow is imported (this file imports no
 TensorFlow at module level; myxtts.devices.configure() does, after setting visible devices).
@@ -38,6 +40,14 @@ flags.DEFINE_integer("data-gpu", None, "Physical GPU index for data loading and 
                      "computation (becomes /GPU:0). Env: MYXTTS_DATA_GPU; the flag wins.")
 flags.DEFINE_integer("model-gpu", None, "Physical GPU index for the model, optimizer and "
                      "training step (becomes /GPU:1). Env: MYXTTS_MODEL_GPU; the flag wins.")
+flags.DEFINE_string("model-gpus", None, "Several model GPUs, comma-separated (e.g. 1,2,3): "
+                    "a tf.distribute.MirroredStrategy over them, the data device featurising "
+                    "every replica's slice of the batch (docs/distributed.md). Without a GPU, "
+                    "one logical CPU device per model replica. Replaces --model-gpu.")
+flags.DEFINE_enum("strategy", "auto", list(devices.STRATEGIES), "auto: multi_worker when "
+                  "TF_CONFIG is set, mirrored with several --model-gpus, else none; mirrored: "
+                  "MirroredStrategy on this machine; multi_worker: MultiWorkerMirroredStrategy "
+                  "across machines (TF_CONFIG or a Slurm job step; docs/distributed.md).")
 flags.DEFINE_integer("data-gpu-memory", None, "Memory limit of the data device in MB "
                      "(default: memory growth, no limit).")
 flags.DEFINE_integer("model-gpu-memory", None, "Memory limit of the model device in MB "
@@ -220,13 +230,25 @@ def main(argv) -> int:
     if source is not None:
         config = warm_start_config(config, _config_path(FLAGS.config), source,
                                    FLAGS["train-data"].value, FLAGS["val-data"].value)
+    model_gpus = FLAGS["model-gpus"].value
     plan = devices.plan_devices(
         FLAGS["data-gpu"].value, FLAGS["model-gpu"].value,
         split_gpu=FLAGS["split-gpu"].value, require_gpu=FLAGS["require-gpu"].value,
         data_memory_mb=FLAGS["data-gpu-memory"].value,
-        model_memory_mb=FLAGS["model-gpu-memory"].value)
+        model_memory_mb=FLAGS["model-gpu-memory"].value,
+        model_gpus=None if model_gpus is None else devices.parse_gpu_list(model_gpus),
+        strategy=FLAGS["strategy"].value)
+    if plan.strategy != "none" and FLAGS["stage"].value == "vocoder":
+        raise UsageError(f"--stage vocoder trains on one model device; --strategy "
+                         f"{plan.strategy} (several model devices or machines) is for the "
+                         f"acoustic model. Pass --model-gpu instead of --model-gpus, and unset "
+                         f"TF_CONFIG.")
+    training = not (FLAGS["device-check"].value or FLAGS["validate-only"].value)
     with quiet_tensorflow_start(FLAGS["verbose"].value):
         devices.configure(plan)
+        # MultiWorkerMirroredStrategy must start before any TensorFlow operation runs (and
+        # waits for every worker: only when training).
+        distribution = _distribution(plan) if training else None
     logger.info("%s", devices.startup_report(plan))
     if FLAGS["device-check"].value:
         for line in devices.self_check(plan):
@@ -236,7 +258,15 @@ def main(argv) -> int:
         return validate_only(config, source)
     if FLAGS["stage"].value == "vocoder":
         return train_vocoder(config, plan)
-    return train(config, plan, source)
+    return train(config, plan, source, distribution)
+
+
+def _distribution(plan):
+    """The tf.distribute strategy of a plan that has one (None for one model device)."""
+    if plan.strategy == "none":
+        return None
+    from myxtts.training.distribution import Distribution  # pylint: disable=import-outside-toplevel
+    return Distribution(plan)
 
 
 def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
@@ -255,24 +285,32 @@ def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
     return 0
 
 
-def train(config: XTTSConfig, plan, source: Optional[Source]) -> int:
-    """The training path: input pipeline on the data device, XTTSTrainer on the model device."""
+def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None) -> int:
+    """The training path: input pipeline on the data device, XTTSTrainer on the model device
+    (or on the strategy's model devices)."""
     # pylint: disable=import-outside-toplevel  (TensorFlow only after devices.configure)
     from myxtts.data.pipeline import InputPipeline
     from myxtts.training.trainer import XTTSTrainer
     work_dir = config.training.checkpoint_dir
-    with _removed_if_not_started(work_dir):
+    # A worker that is not the chief writes into a temporary directory (distribution.py).
+    own_dir = distribution.writable_directory(work_dir) if distribution else work_dir
+    with _removed_if_not_started(own_dir):
         if FLAGS["resume-from"].value:
-            _adopt_vocabulary(FLAGS["resume-from"].value, work_dir)
+            _adopt_vocabulary(FLAGS["resume-from"].value, own_dir)
+        shard = None
+        if distribution is not None and distribution.num_workers > 1:
+            shard = (distribution.worker_index, distribution.num_workers)
         pipeline = InputPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
-                                 data_device=plan.data_device, work_dir=work_dir,
-                                 base_vocabulary=source and source.vocab_path)
+                                 data_device=plan.data_device, work_dir=own_dir,
+                                 base_vocabulary=source and source.vocab_path,
+                                 replicas=distribution.local_replicas if distribution else 1,
+                                 shard=shard)
         logger.info("Model will be placed on %s; batches are featurized on %s.",
-                    plan.model_device, plan.data_device)
+                    ", ".join(plan.replica_devices), plan.data_device)
         trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
                               model_device=plan.model_device, tokenizer=pipeline.tokenizer,
                               reset_training=FLAGS["reset-training"].value,
-                              init_from=FLAGS["init-from"].value)
+                              init_from=FLAGS["init-from"].value, distribution=distribution)
     summary = trainer.fit(pipeline)
     best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
     print(f"Trained to step {summary.step} ({summary.reason}); checkpoint {summary.checkpoint}; "

@@ -12,6 +12,17 @@ Plans (see docs/dual_gpu.md):
   split     A == B with --split-gpu: one physical GPU split into two logical GPUs with memory limits.
   cpu       no GPU: two logical CPU devices, /CPU:0 data and /CPU:1 model, with a WARNING
             (an error under --require-gpu).
+  cpu_multi no GPU, several model devices (or multi_worker): one logical CPU device for the
+            data and one per model replica.
+  multi     --data-gpu A --model-gpus B,C,...: a tf.distribute strategy over the model GPUs
+            (docs/distributed.md). Only A and the model GPUs are visible. MirroredStrategy:
+            A is /GPU:0, the model GPUs /GPU:1../GPU:N. MultiWorkerMirroredStrategy takes a
+            worker's FIRST local devices as its replicas, so there the model GPUs are
+            /GPU:0../GPU:N-1 and A is /GPU:N (without a GPU: model /CPU:0, data /CPU:1).
+
+The strategy (plan.strategy) is "none" for the one-model-device plans (no tf.distribute in the
+step), "mirrored" for several model devices on this machine, "multi_worker" for several machines
+(TF_CONFIG, or a Slurm job step; myxtts.cluster checks TF_CONFIG before TensorFlow starts).
 """
 
 from __future__ import annotations
@@ -22,14 +33,16 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
+from myxtts.cluster import Cluster, read_cluster
 from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts.devices")
 
 ENV_DATA_GPU = "MYXTTS_DATA_GPU"
 ENV_MODEL_GPU = "MYXTTS_MODEL_GPU"
+STRATEGIES = ("auto", "mirrored", "multi_worker")
 
 
 class DeviceConfigurationError(MyXTTSError, RuntimeError):
@@ -53,21 +66,53 @@ class GpuInfo:
 class DevicePlan:
     """Where data work and model work run, decided before TensorFlow starts."""
 
-    mode: str  # "dual" | "single" | "split" | "cpu"
+    mode: str  # "dual" | "single" | "split" | "cpu" | "multi" | "cpu_multi"
     data_device: str  # logical device name after configuration, e.g. "/GPU:0"
-    model_device: str
+    model_device: str  # the (first) model device: it holds validation and the run's metrics
     physical_data_gpu: Optional[int] = None
     physical_model_gpu: Optional[int] = None
     data_memory_mb: Optional[int] = None
     model_memory_mb: Optional[int] = None
     gpus_found: Sequence[GpuInfo] = ()
+    strategy: str = "none"  # "none" | "mirrored" | "multi_worker"
+    # Under a strategy: every model device (replica) of this machine, and their physical GPUs.
+    model_devices: Tuple[str, ...] = ()
+    physical_model_gpus: Tuple[int, ...] = ()
+    cluster: Optional[Cluster] = None  # multi_worker: this worker's place in the cluster
 
     @property
     def uses_gpu(self) -> bool:
-        return self.mode != "cpu"
+        return self.mode not in ("cpu", "cpu_multi")
+
+    @property
+    def replica_devices(self) -> Tuple[str, ...]:
+        """The model devices of this machine (one without a strategy)."""
+        return self.model_devices or (self.model_device,)
+
+    @property
+    def visible_gpus(self) -> List[int]:
+        """Physical GPUs in the order they become /GPU:0, /GPU:1, ..."""
+        if self.mode == "multi":
+            models = list(self.physical_model_gpus)
+            return (models + [self.physical_data_gpu] if self.strategy == "multi_worker"
+                    else [self.physical_data_gpu] + models)
+        if self.mode == "dual":
+            return [self.physical_data_gpu, self.physical_model_gpu]
+        return [self.physical_data_gpu]
 
     def mapping_line(self) -> str:
         """The one line that says what was mapped where."""
+        engine = {"mirrored": "MirroredStrategy",
+                  "multi_worker": "MultiWorkerMirroredStrategy"}.get(self.strategy)
+        if self.mode == "cpu_multi":
+            return (f"data → {self.data_device}, model replicas → "
+                    f"{', '.join(self.model_devices)} ({len(self.model_devices) + 1} logical CPU "
+                    f"devices: no GPU found; {engine})")
+        if self.mode == "multi":
+            replicas = ", ".join(f"{d} (physical {g})" for d, g in
+                                 zip(self.model_devices, self.physical_model_gpus))
+            return (f"data → {self.data_device} (physical {self.physical_data_gpu}), model "
+                    f"replicas → {replicas} ({engine})")
         if self.mode == "cpu":
             return (f"data → {self.data_device}, model → {self.model_device} "
                     "(two logical CPU devices: no GPU found)")
@@ -178,18 +223,51 @@ def plan_devices(data_gpu: Optional[int] = None,
                  require_gpu: bool = False,
                  data_memory_mb: Optional[int] = None,
                  model_memory_mb: Optional[int] = None,
+                 model_gpus: Optional[Sequence[int]] = None,
+                 strategy: str = "auto",
                  use_env: bool = True) -> DevicePlan:
     """Decides the device plan. Flags win over MYXTTS_DATA_GPU / MYXTTS_MODEL_GPU.
 
-    `gpus` is the physical inventory (defaults to `discover_gpus()`).
+    `gpus` is the physical inventory (defaults to `discover_gpus()`). `model_gpus` (--model-gpus)
+    asks for several model devices; `strategy` (--strategy: auto | mirrored | multi_worker)
+    picks the tf.distribute engine, auto = multi_worker when TF_CONFIG is set (read only with
+    `use_env`), mirrored for several model devices, none otherwise.
     Raises DeviceConfigurationError with a one-paragraph message for impossible requests.
     """
+    if strategy not in STRATEGIES:
+        raise DeviceConfigurationError(f"--strategy {strategy} is not one of "
+                                       f"{', '.join(STRATEGIES)}.")
+    if model_gpus is not None and model_gpu is not None:
+        raise DeviceConfigurationError(
+            f"--model-gpus {','.join(map(str, model_gpus))} and --model-gpu {model_gpu} both name "
+            f"the model devices: pass --model-gpus for several (e.g. --model-gpus 1,2,3) or "
+            f"--model-gpu for one, not both.")
+    if model_gpus is not None:
+        _check_gpu_list(model_gpus)
     if use_env:
         data_gpu = data_gpu if data_gpu is not None else _env_int(ENV_DATA_GPU)
-        model_gpu = model_gpu if model_gpu is not None else _env_int(ENV_MODEL_GPU)
+        if model_gpus is None:
+            model_gpu = model_gpu if model_gpu is not None else _env_int(ENV_MODEL_GPU)
+    cluster = read_cluster(strategy) if use_env else None
+    if strategy == "auto":
+        strategy = ("multi_worker" if cluster else
+                    "mirrored" if model_gpus is not None and len(model_gpus) > 1 else "none")
+    elif strategy == "multi_worker" and cluster is None:
+        raise DeviceConfigurationError(
+            "--strategy multi_worker needs to know the cluster: set TF_CONFIG on every worker "
+            "(docs/distributed.md has examples for two machines and Kubernetes) or start the "
+            "workers as the tasks of a Slurm job step (srun).")
     if gpus is None:
         gpus = discover_gpus()
     gpus = tuple(gpus)
+    if strategy != "none":
+        if model_gpus is None:
+            model_gpus = [model_gpu if model_gpu is not None else 1 if gpus else 0]
+        return _plan_distributed(strategy, data_gpu, list(model_gpus), gpus, cluster,
+                                 require_gpu=require_gpu, split_gpu=split_gpu,
+                                 data_memory_mb=data_memory_mb, model_memory_mb=model_memory_mb)
+    if model_gpus is not None:  # one model device: the plans without a strategy
+        model_gpu = model_gpus[0]
     for flag, value in (("--data-gpu", data_gpu), ("--model-gpu", model_gpu)):
         if value is not None and value < 0:
             raise DeviceConfigurationError(
@@ -264,6 +342,98 @@ def plan_devices(data_gpu: Optional[int] = None,
                       memory, memory, gpus)
 
 
+def parse_gpu_list(text: str, flag: str = "--model-gpus") -> List[int]:
+    """"1,2,3" → [1, 2, 3]; a clear error for anything else (before TensorFlow starts)."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not parts or any(not p.lstrip("-").isdigit() for p in parts):
+        raise DeviceConfigurationError(
+            f"{flag} {text!r} is not a comma-separated list of GPU indices. Write it like "
+            f"{flag} 1,2,3 (no spaces needed), one index per model device.")
+    ids = [int(p) for p in parts]
+    _check_gpu_list(ids, flag)
+    return ids
+
+
+def _check_gpu_list(ids: Sequence[int], flag: str = "--model-gpus") -> None:
+    text = ",".join(map(str, ids))
+    if not ids:
+        raise DeviceConfigurationError(f"{flag} is empty: name at least one GPU index, e.g. "
+                                       f"{flag} 1,2.")
+    if len(set(ids)) != len(ids):
+        raise DeviceConfigurationError(
+            f"{flag} {text} names a GPU twice: each model replica needs its own device. List "
+            f"each index once (e.g. {flag} {','.join(map(str, sorted(set(ids))))}).")
+    negative = [i for i in ids if i < 0]
+    if negative:
+        raise DeviceConfigurationError(f"{flag} {text}: {negative[0]} is not a GPU index "
+                                       f"(indices start at 0).")
+
+
+def _plan_distributed(strategy: str, data_gpu: Optional[int], model_gpus: List[int],
+                      gpus: Tuple[GpuInfo, ...], cluster: Optional[Cluster], *,
+                      require_gpu: bool, split_gpu: bool, data_memory_mb: Optional[int],
+                      model_memory_mb: Optional[int]) -> DevicePlan:
+    """The plans with a tf.distribute strategy: one data device and len(model_gpus) model
+    devices on this machine (see the module docstring for the numbering)."""
+    n = len(model_gpus)
+    ids = ",".join(map(str, model_gpus))
+    if split_gpu:
+        raise DeviceConfigurationError(
+            f"--split-gpu splits one GPU into a data and a model device; with --strategy "
+            f"{strategy} (model devices {ids}) every model replica needs a device of its own. "
+            f"Drop --split-gpu.")
+    if not gpus:
+        if require_gpu:
+            raise DeviceConfigurationError(
+                "--require-gpu was given but no GPU was found on this machine (nvidia-smi and "
+                "TensorFlow list none). Check the NVIDIA driver and CUDA installation with "
+                "`nvidia-smi`, or drop --require-gpu to train on logical CPU devices.")
+        if strategy == "multi_worker":
+            if n > 1:
+                raise DeviceConfigurationError(
+                    f"--model-gpus {ids}: without a GPU, MultiWorkerMirroredStrategy runs one "
+                    f"replica per worker (on /CPU:0), so a worker cannot have {n} model devices. "
+                    f"Pass one model device per worker, or run on GPUs.")
+            models = ("/CPU:0",)
+            data = "/CPU:1"
+        else:
+            models = tuple(f"/CPU:{i + 1}" for i in range(n))
+            data = "/CPU:0"
+        logger.warning("No GPU found: the data device and the %d model device(s) are logical "
+                       "CPU devices.", n)
+        return DevicePlan("cpu_multi", data, models[0], gpus_found=gpus, strategy=strategy,
+                          model_devices=models, cluster=cluster)
+    count = len(gpus)
+    for gpu in model_gpus + ([data_gpu] if data_gpu is not None else []):
+        if gpu >= count:
+            flag = "--data-gpu" if gpu == data_gpu and gpu not in model_gpus else "--model-gpus"
+            raise DeviceConfigurationError(
+                f"{flag}: GPU {gpu} does not exist: this machine has {count} GPU(s). "
+                f"{_gpu_list_text(gpus)}. Choose indices between 0 and {count - 1}.")
+    if data_gpu is None:
+        free = [g.index for g in gpus if g.index not in model_gpus]
+        if not free:
+            raise DeviceConfigurationError(
+                f"--model-gpus {ids} takes every GPU of this machine, so none is left for the "
+                f"data device. Name fewer model GPUs, or the data GPU with --data-gpu. "
+                f"{_gpu_list_text(gpus)}.")
+        data_gpu = free[0]
+    if data_gpu in model_gpus:
+        raise DeviceConfigurationError(
+            f"--data-gpu {data_gpu} is also in --model-gpus {ids}: the data device featurises "
+            f"every replica's batch and needs a GPU of its own. Pick a data GPU outside the "
+            f"model GPUs. {_gpu_list_text(gpus)}.")
+    if strategy == "multi_worker":
+        models = tuple(f"/GPU:{i}" for i in range(n))
+        data = f"/GPU:{n}"
+    else:
+        models = tuple(f"/GPU:{i + 1}" for i in range(n))
+        data = "/GPU:0"
+    return DevicePlan("multi", data, models[0], data_gpu, model_gpus[0], data_memory_mb,
+                      model_memory_mb, gpus, strategy=strategy, model_devices=models,
+                      physical_model_gpus=tuple(model_gpus), cluster=cluster)
+
+
 # --------------------------------------------------------------------------------------------
 # Configuration (before TensorFlow is imported)
 # --------------------------------------------------------------------------------------------
@@ -297,10 +467,9 @@ def configure(plan: DevicePlan) -> DevicePlan:
                 "TensorFlow was imported before the GPUs were configured, so CUDA_VISIBLE_DEVICES "
                 "can no longer remap them. Call myxtts.devices.configure() before "
                 "`import tensorflow` (train_main.py does this for you).")
-        physical = [plan.physical_data_gpu] if plan.mode != "dual" else [
-            plan.physical_data_gpu, plan.physical_model_gpu]
         user_filter = _user_visible_filter()
-        names = [user_filter[i] if user_filter is not None else str(i) for i in physical]
+        names = [user_filter[i] if user_filter is not None else str(i)
+                 for i in plan.visible_gpus]
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(names)
         os.environ["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
@@ -314,9 +483,17 @@ def configure(plan: DevicePlan) -> DevicePlan:
             cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
         logger.warning("No GPU found: running on two logical CPU devices. %s", plan.mapping_line())
         return plan
+    if plan.mode == "cpu_multi":
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        count = len(plan.model_devices) + 1
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+        logger.warning("No GPU found: running on %d logical CPU devices. %s", count,
+                       plan.mapping_line())
+        return plan
 
     gpus = tf.config.list_physical_devices("GPU")
-    expected = 2 if plan.mode == "dual" else 1
+    expected = len(plan.visible_gpus)
     if len(gpus) < expected:
         raise DeviceConfigurationError(
             f"After restricting CUDA_VISIBLE_DEVICES to {os.environ['CUDA_VISIBLE_DEVICES']}, "
@@ -327,8 +504,10 @@ def configure(plan: DevicePlan) -> DevicePlan:
         tf.config.set_logical_device_configuration(gpus[0], [
             tf.config.LogicalDeviceConfiguration(memory_limit=plan.data_memory_mb),
             tf.config.LogicalDeviceConfiguration(memory_limit=plan.model_memory_mb)])
-    elif plan.mode == "dual":
-        for gpu, limit in ((gpus[0], plan.data_memory_mb), (gpus[1], plan.model_memory_mb)):
+    elif plan.mode in ("dual", "multi"):
+        for gpu, physical in zip(gpus, plan.visible_gpus):
+            limit = plan.data_memory_mb if physical == plan.physical_data_gpu else \
+                plan.model_memory_mb
             if limit:
                 tf.config.set_logical_device_configuration(
                     gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)])
@@ -404,15 +583,21 @@ def startup_report(plan: DevicePlan) -> str:
     def memory(mb):
         return f"limit {mb} MB" if mb else "growth on, no limit" if plan.uses_gpu else "host RAM"
 
-    phys = {"cpu": ("-", "-")}.get(plan.mode, (plan.physical_data_gpu, plan.physical_model_gpu))
+    gpu_ids = plan.physical_model_gpus or (plan.physical_model_gpu,)
+    phys = ("-", ["-"] * len(plan.replica_devices)) if not plan.uses_gpu else (
+        plan.physical_data_gpu, gpu_ids)
     lines = [
-        f"Device plan: {plan.mode}",
+        f"Device plan: {plan.mode}" + (f", {plan.strategy} strategy" if plan.model_devices
+                                       else ""),
         f"  {plan.mapping_line()}",
         f"  data device  {plan.data_device}: physical {phys[0]}, {memory(plan.data_memory_mb)}; "
         f"{support(plan.data_device)}",
-        f"  model device {plan.model_device}: physical {phys[1]}, {memory(plan.model_memory_mb)}; "
-        f"{support(plan.model_device)}",
+    ] + [
+        f"  model device {device}: physical {gpu}, {memory(plan.model_memory_mb)}; "
+        f"{support(device)}" for device, gpu in zip(plan.replica_devices, phys[1])
     ]
+    if plan.cluster is not None:
+        lines.append(f"  cluster: {plan.cluster.describe()}")
     if plan.gpus_found:
         lines.append("  " + _gpu_list_text(plan.gpus_found))
     from myxtts.tfio_support import tensorflow_io_status  # pylint: disable=import-outside-toplevel
@@ -425,17 +610,17 @@ def self_check(plan: DevicePlan) -> List[str]:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     with get_device_context(plan.data_device):
         batch = tf.random.uniform([4, 80])
-    with get_device_context(plan.model_device):
-        on_model = tf.identity(batch)
-        with tf.device(plan.model_device):
+    lines = [f"tensor on data device:       {batch.device}"]
+    ok = batch.device.endswith(plan.data_device.lstrip("/"))
+    for device in plan.replica_devices:
+        with get_device_context(device):
+            on_model = tf.identity(batch)
             weights = tf.Variable(tf.ones([80, 8]), name="self_check_weights")
-        result = tf.matmul(on_model, weights)
-    lines = [f"tensor on data device:       {batch.device}",
-             f"copied to model device:      {on_model.device}",
-             f"variable on model device:    {weights.device}",
-             f"matmul result on:            {result.device}"]
-    ok = (batch.device.endswith(plan.data_device.lstrip("/"))
-          and result.device.endswith(plan.model_device.lstrip("/")))
+            result = tf.matmul(on_model, weights)
+        lines += [f"copied to model device:      {on_model.device}",
+                  f"variable on model device:    {weights.device}",
+                  f"matmul result on:            {result.device}"]
+        ok = ok and result.device.endswith(device.lstrip("/"))
     lines.append("self-check: OK" if ok else "self-check: FAILED (placements differ from plan)")
     if not ok:
         raise DeviceConfigurationError("Device self-check failed:\n" + "\n".join(lines))

@@ -131,6 +131,33 @@ class SamplePipelineTest(unittest.TestCase):
         self.assertEqual(sum(1 for _ in val), self.pipeline.val_steps)
 
 
+class WorkerShardTest(unittest.TestCase):
+    """Two workers of a multi-worker job, two replicas each: disjoint shards, the same number of
+    batches per epoch (their all-reduces wait for each other), batch sizes that split evenly."""
+
+    def test_shards_are_disjoint_equal_in_batches_and_split_evenly(self):
+        work = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, work, ignore_errors=True)
+        pipelines = [InputPipeline(tiny_config(val_fraction=0.1), SAMPLE_DIR, work_dir=work,
+                                   replicas=2, shard=(index, 2)) for index in range(2)]
+        steps = {p.train_steps_per_epoch for p in pipelines}
+        self.assertEqual(len(steps), 1)
+        self.assertTrue(all(b.batch_size % 2 == 0 for b in pipelines[0].buckets))
+        seen = []
+        for index, pipeline in enumerate(pipelines):
+            batches = list(pipeline.train_dataset(0))
+            self.assertEqual(len(batches), pipeline.train_steps_per_epoch)
+            self.assertEqual(len(list(pipeline.train_dataset(0, skip_batches=1))),
+                             pipeline.train_steps_per_epoch - 1)
+            tokens = {tuple(row[:n]) for b in batches for row, n in
+                      zip(b["tokens"].numpy(), b["token_lengths"].numpy())}
+            self.assertTrue(all(b["tokens"].shape[0] % 2 == 0 for b in batches))
+            self.assertLessEqual(tokens, {it.tokens for it in
+                                          pipeline.items["train"][index::2]})
+            seen.append(tokens)
+        self.assertFalse(seen[0] & seen[1])
+
+
 class FeederTest(unittest.TestCase):
     def test_producer_errors_reach_the_consumer(self):
         def broken(batch):

@@ -67,9 +67,10 @@ def optimal_boundaries(lengths: Sequence[int], num_buckets: int) -> List[int]:
 
 def make_buckets(frame_lengths: Sequence[int], token_lengths: Sequence[int], num_buckets: int,
                  boundaries: Sequence[int], batch_size: int, reduction_factor: int,
-                 token_multiple: int = 8) -> List[Bucket]:
+                 token_multiple: int = 8, replicas: int = 1) -> List[Bucket]:
     """Buckets covering every given utterance (train and validation together, so both see the
-    same shapes)."""
+    same shapes). Batch sizes are rounded up to a multiple of `replicas`, so every model replica
+    of a tf.distribute strategy gets a slice of the same padded shape."""
     frames = np.asarray(frame_lengths, dtype=np.int64)
     tokens = np.asarray(token_lengths, dtype=np.int64)
     longest = int(frames.max())
@@ -85,7 +86,7 @@ def make_buckets(frame_lengths: Sequence[int], token_lengths: Sequence[int], num
         members = tokens[assignment == index]
         if members.size == 0:
             continue
-        size = max(1, int(batch_size * bounds[-1] // bound))
+        size = round_up(max(1, int(batch_size * bounds[-1] // bound)), replicas)
         buckets.append(Bucket(bound, round_up(int(members.max()), token_multiple), size))
     return buckets
 

@@ -12,6 +12,10 @@ device runs step n; the queue bound keeps model-device memory small.
             step(batch)
         waiting = feeder.wait_seconds  # time the consumer spent blocked on an empty queue
 
+Under a tf.distribute strategy `model_device` is a myxtts.training.distribution.Distribution: the
+featurized batch (this machine's share of the global batch) is split into one slice per model
+replica, each copied to its replica's device (`Distribution.distribute_batch`).
+
 Iteration ends at the end of the dataset; an exception in the producer thread is re-raised in
 the consumer; close() (or leaving the `with` block) stops the thread.
 """
@@ -38,7 +42,7 @@ class DeviceFeeder:
 
     def __init__(self, dataset: tf.data.Dataset,
                  featurize: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]],
-                 data_device: str, model_device: str, capacity: int = 2,
+                 data_device: str, model_device, capacity: int = 2,
                  name: str = "batches"):
         if capacity < 1:
             raise ValueError("DeviceFeeder capacity must be >= 1")
@@ -72,8 +76,11 @@ class DeviceFeeder:
                     return
                 with tf.device(self.data_device):
                     features = self._featurize(element)
-                with tf.device(self.model_device):
-                    on_model = {k: tf.identity(v) for k, v in features.items()}
+                if isinstance(self.model_device, str):
+                    with tf.device(self.model_device):
+                        on_model = {k: tf.identity(v) for k, v in features.items()}
+                else:
+                    on_model = self.model_device.distribute_batch(features)
                 if not self._put(on_model):
                     return
             self._exhausted.set()

@@ -4,7 +4,7 @@ model device.
 Public API (what the trainer calls; docs/data.md has the same with examples):
 
     pipeline = InputPipeline(config, train_dir, val_dir=None, *, data_device="/CPU:0",
-                             work_dir=None, base_vocabulary=None)
+                             work_dir=None, base_vocabulary=None, replicas=1, shard=None)
         Validates the dataset(s) (raises DatasetError / DatasetValidationError, message includes
         the summary table), logs the table, saves work_dir/vocab.json (or reuses it; a new one
         extends `base_vocabulary`, a warm start's source vocab.json, when given) and writes
@@ -20,7 +20,9 @@ Public API (what the trainer calls; docs/data.md has the same with examples):
     pipeline.train_batches(epoch, model_device, *, skip_batches=0, capacity=2) -> DeviceFeeder
     pipeline.val_batches(model_device, *, capacity=2) -> DeviceFeeder | None
         Iterators of featurized batch dicts on `model_device` (docs/architecture.md "The
-        batch"), featurized on the data device in a background thread (see feeder.py):
+        batch"), or split over a strategy's replicas when `model_device` is a
+        myxtts.training.distribution.Distribution, featurized on the data device in a
+        background thread (see feeder.py):
         `feeder.wait_until_filled(seconds)`, `feeder.fill_fraction`, `feeder.wait_seconds`,
         `feeder.batches`, `feeder.close()`; usable as a context manager.
     pipeline.train_dataset(epoch, *, skip_batches=0) / pipeline.val_dataset() -> tf.data.Dataset
@@ -41,6 +43,15 @@ Batching: each epoch's order is a permutation seeded by (data.seed, epoch); utte
 grouped by bucket (group_by_window) and padded to the bucket's static shape; a bucket's last,
 partial batch is completed with utterances of the same batch so every batch of a bucket has
 the same shape (one XLA compile per bucket).
+
+Several model replicas (`replicas`, a tf.distribute strategy's replicas on this machine): every
+bucket's batch size is a multiple of `replicas`, so each replica's slice has the same padded
+shape. Several workers (`shard=(index, count)`, MultiWorkerMirroredStrategy): worker `index`
+trains on the utterances whose position in the training list is index modulo count, and every
+worker cuts its epochs to the number of batches of the smallest shard (each worker counts them
+all from the metadata), so all workers step through the same number of batches per epoch, as
+their collective all-reduces require. Validation is not sharded: every worker validates the same
+batches with the same weights and takes the same decisions.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ import collections
 import logging
 import math
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -71,8 +82,10 @@ class InputPipeline:
 
     def __init__(self, config, train_dir: str, val_dir: Optional[str] = None, *,
                  data_device: str = "/CPU:0", work_dir: Optional[str] = None,
-                 base_vocabulary: Optional[str] = None):
+                 base_vocabulary: Optional[str] = None, replicas: int = 1,
+                 shard: Optional[Tuple[int, int]] = None):
         self.config = config
+        self.shard = shard
         d = self.data_config = config.data
         self.data_device = data_device
         prepared = prepare_dataset(config, train_dir, val_dir, work_dir, base_vocabulary)
@@ -89,10 +102,16 @@ class InputPipeline:
         frames = [audio_lib.num_frames(it.num_samples, d.hop_length) for it in everything]
         self.buckets: List[Bucket] = make_buckets(
             frames, [max(1, len(it.tokens)) for it in everything], d.num_buckets,
-            d.bucket_boundaries, d.batch_size, r)
+            d.bucket_boundaries, d.batch_size, r, replicas=replicas)
         self.ref_frames = audio_lib.num_frames(int(d.ref_max_seconds * d.sample_rate),
                                                d.hop_length)
         self.train_steps_per_epoch = self._count_batches(self.items["train"])
+        if shard:
+            self.train_steps_per_epoch = min(
+                self._count_batches(self.items["train"][i::shard[1]]) for i in range(shard[1]))
+            logger.info("Worker %d of %d trains on every %d-th utterance from the %d-th: %d "
+                        "batches per epoch (the smallest shard's count).", shard[0] + 1,
+                        shard[1], shard[1], shard[0] + 1, self.train_steps_per_epoch)
         self.val_steps = self._count_batches(self.items["val"])
         logger.info("Buckets (mel frames / tokens / batch size): %s; %d training batches per "
                     "epoch, %d validation batches.",
@@ -123,6 +142,10 @@ class InputPipeline:
     def train_dataset(self, epoch: int, *, skip_batches: int = 0) -> tf.data.Dataset:
         """Epoch `epoch`'s batches (seeded order), on the data device, not yet featurized."""
         return self._dataset("train", epoch, training=True, skip_batches=skip_batches)
+
+    def _in_shard(self, index):
+        """Whether training item `index` belongs to this worker (True without shards)."""
+        return self.shard is None or index % self.shard[1] == self.shard[0]
 
     def val_dataset(self) -> Optional[tf.data.Dataset]:
         """The validation batches in a fixed order (None without validation rows)."""
@@ -217,6 +240,8 @@ class InputPipeline:
                 ds = ds.skip(skip_batches)
         else:
             ds = self._raw_elements(split, epoch, training, skip_batches)
+        if training and self.shard:
+            ds = ds.take(self.train_steps_per_epoch - skip_batches)
         options = tf.data.Options()
         options.deterministic = True
         ds = ds.with_options(options)
@@ -262,6 +287,8 @@ class InputPipeline:
 
         order = (np.random.default_rng([d.seed, epoch]).permutation(len(items)) if training
                  else np.arange(len(items)))
+        if training and self.shard:
+            order = order[self._in_shard(order)]
         if skip_batches:
             order = self._without_first_batches(items, order, skip_batches)
         ds = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
@@ -344,6 +371,8 @@ class InputPipeline:
                             reshuffle_each_iteration=False)
         ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=True)
         ds = ds.filter(lambda r: r["index"] >= 0)
+        if training and self.shard:
+            ds = ds.filter(lambda r: self._in_shard(r["index"]))
         ds = ds.map(to_element, num_parallel_calls=self._parallel, deterministic=True)
         return self._bucketed(ds, "mel_lengths", {"mel": log_floor}, {"mel": 1})
 

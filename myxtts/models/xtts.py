@@ -91,7 +91,10 @@ class XTTSModel(keras.Model):
     # ---- teacher-forced training pass ------------------------------------------------------
     def call(self, batch, training=False) -> Dict[str, tf.Tensor]:
         r, n = self.reduction_factor, self.n_mels
-        seed = self._dropout_seed(training)
+        # Under a tf.distribute strategy the training step passes each replica its own seed
+        # (myxtts/training/mirrored_step.py): a replica cannot advance the seed generator.
+        seed = batch["dropout_seed"] if training and "dropout_seed" in batch else \
+            self._dropout_seed(training)
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
                                  seed=fold_seed(seed, 0), training=training)

@@ -5,12 +5,20 @@ HiFi-GAN vocoder): precision plan and seed, run counters on the model device, re
 validation, best-by-validation with early stopping, checkpoints and SIGINT/SIGTERM.
 
 A trainer subclasses Trainer: it calls `_start_run` first, creates its models and optimizers
-and `_create_run_counters()` inside `tf.device(self.model_device)`, opens `self.checkpoints`
+and `_create_run_counters()` inside `self._model_scope()` (`tf.device(self.model_device)`, or the
+strategy's scope when a myxtts.training.distribution.Distribution is given), opens `self.checkpoints`
 with `run_counters()` among its objects and calls `_restore`. It provides `global_step`,
 `_run_step(batch)` (returns the losses, "total" among them, as tensors; it counts
 `batch_in_epoch` and `frames` on the device), `_micro_batches_done()`, `_updates_after(micro)`,
 `_log`, `_has_validation(pipeline)`, `validate(pipeline, monitor)` (which ends with
 `_after_validation`), `_stop_if_nonfinite` and `_oom_message`.
+
+Several workers (MultiWorkerMirroredStrategy): every worker runs the same loop, so their
+collective operations stay in step; only the chief writes into training.checkpoint_dir
+(`run_directory`). The others write their checkpoints, TensorBoard events and model_info.json
+into a temporary `directory` that is removed when the process exits, and restore from the
+chief's checkpoints: a job whose workers are restarted resumes from the chief's last checkpoint
+(the backup-and-restore semantics of tf.keras' BackupAndRestore, built on CheckpointStore).
 """
 
 from __future__ import annotations
@@ -106,19 +114,51 @@ class Trainer:
     """Shared by XTTSTrainer and VocoderTrainer (see the module docstring)."""
 
     # -- setup ---------------------------------------------------------------------------------
-    def _start_run(self, config, model_device: Optional[str]) -> None:
+    def _start_run(self, config, model_device: Optional[str], distribution=None) -> None:
         self.config = config
         tc = config.training
+        self.distribution = distribution
+        if distribution is not None:
+            model_device = distribution.primary_device
         self.model_device = model_device or default_device()
-        self.directory = tc.checkpoint_dir
+        # Where the run lives (read by every worker) and where this process writes (the same
+        # except on a worker that is not the chief: a temporary directory).
+        self.run_directory = tc.checkpoint_dir
+        self.directory = (distribution.writable_directory(tc.checkpoint_dir) if distribution
+                          else tc.checkpoint_dir)
         self._stop_signal: Optional[int] = None
         self._last_save = time.monotonic()
         self.precision = resolve_precision(tc.precision, self.model_device, tc.tf32)
         apply_precision(self.precision)
         keras.utils.set_random_seed(tc.seed)
 
+    def _model_scope(self):
+        """Where everything the model owns is created: the model device, or every model
+        device of the strategy (MirroredVariables)."""
+        if self.distribution is not None:
+            return self.distribution.scope()
+        return tf.device(self.model_device)
+
+    @property
+    def _batch_target(self):
+        """What the pipeline's feeders hand batches to: the model device, or the strategy."""
+        return self.distribution or self.model_device
+
+    @property
+    def _replica_devices(self):
+        """This machine's model devices ("/GPU:1", ...)."""
+        if self.distribution is not None:
+            return list(self.distribution.plan.model_devices)
+        return [self.model_device]
+
+    def _memory_devices(self, pipeline):
+        """The devices whose memory the log lines report: the pipeline's data device (the
+        pipelines of myxtts.data have one) and this machine's model devices."""
+        data_device = getattr(pipeline, "data_device", None)
+        return ([data_device] if data_device else []) + self._replica_devices
+
     def _create_run_counters(self) -> None:
-        """Call inside tf.device(model_device)."""
+        """Call inside self._model_scope()."""
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         # Batches of the current epoch already trained on (the data position).
         self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -141,6 +181,8 @@ class Trainer:
         """Restores --resume-from, else the newest intact checkpoint of the run; True when a
         checkpoint was restored (False: the run starts at step 0)."""
         store = self.checkpoints
+        if self.directory != self.run_directory:
+            return self._restore_from_chief(resume_checkpoint, reset)
         if reset:
             if resume_checkpoint:
                 raise MyXTTSError("--reset-training and --resume-from contradict each other: "
@@ -166,6 +208,23 @@ class Trainer:
         logger.info("No checkpoint in %s: starting from step 0.", self.directory)
         return False
 
+    def _restore_from_chief(self, resume_checkpoint: Optional[str], reset: bool) -> bool:
+        """A worker that is not the chief restores what the chief restores (--resume-from, or
+        the newest intact checkpoint in the run directory) and changes nothing there: archiving
+        and setting damaged checkpoints aside are the chief's."""
+        if reset:
+            return False
+        if resume_checkpoint:
+            path = resolve_checkpoint_path(resume_checkpoint)
+        else:
+            restored = self.checkpoints.restore_latest_of(self.run_directory)
+            if restored:
+                logger.info("Resumed from the chief's %s at step %d.", *restored)
+            return restored is not None
+        step = self.checkpoints.restore(path)
+        logger.info("Resumed from %s (--resume-from) at step %d.", path, step)
+        return True
+
     # -- training ------------------------------------------------------------------------------
     def fit(self, pipeline) -> FitSummary:
         """Trains until training.max_steps, training.max_minutes, training.epochs, early
@@ -183,7 +242,8 @@ class Trainer:
             return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
                               self.checkpoints.latest, self._best_or_none())
         monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
-                                  tc.max_steps or None, start_step, self.config.data.sample_rate)
+                                  tc.max_steps or None, start_step, self.config.data.sample_rate,
+                                  memory_devices=self._memory_devices(pipeline))
         self._stop_signal = None
         self._fit_started = time.monotonic()
         previous_handlers = install_stop_handlers(self._on_stop_signal)
@@ -223,7 +283,8 @@ class Trainer:
                     if skip:
                         logger.info("Epoch %d: skipping the %d batches trained before the "
                                     "restart.", epoch + 1, skip)
-                    feeder = pipeline.train_batches(epoch, self.model_device, skip_batches=skip)
+                    feeder = pipeline.train_batches(epoch, self._batch_target,
+                                                    skip_batches=skip)
                 if start_delay > 0:
                     self._wait_for_data(feeder, start_delay)
                     start_delay = 0.0
@@ -237,7 +298,7 @@ class Trainer:
                     if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
                         # The data device has read this epoch's last batch: it starts on the
                         # next epoch now, so the model device does not wait at the boundary.
-                        upcoming = pipeline.train_batches(epoch + 1, self.model_device)
+                        upcoming = pipeline.train_batches(epoch + 1, self._batch_target)
                     micro += 1
                     if self._updates_after(micro):
                         step += 1
@@ -343,9 +404,11 @@ class Trainer:
 
     @staticmethod
     def _placement(variables) -> str:
-        """The devices holding `variables`, for the start-up log ("CPU:1")."""
-        return ", ".join(sorted({v.value.device.rsplit("/", 1)[-1].replace("device:", "")
-                                 for v in variables}))
+        """The devices holding `variables`, for the start-up log ("CPU:1"; every component of
+        a MirroredVariable)."""
+        return ", ".join(sorted({c.device.rsplit("/", 1)[-1].replace("device:", "")
+                                 for v in variables
+                                 for c in getattr(v.value, "values", (v.value,))}))
 
     @staticmethod
     def _parameters(model) -> str:

@@ -261,6 +261,20 @@ class CheckpointStore:
                 f"--reset-training to start over (they are moved to archive/, not deleted).")
         return None
 
+    def restore_latest_of(self, directory: str) -> Optional[Tuple[str, int]]:
+        """Restores the newest checkpoint of ANOTHER directory's index that restores intact (a
+        worker that is not the chief follows the chief's run) and changes nothing there;
+        returns (path, step), or None when it holds none."""
+        state = tf.train.get_checkpoint_state(directory)
+        paths = [] if state is None else [os.path.join(directory, p)
+                                          for p in state.all_model_checkpoint_paths]
+        for path in reversed(paths):
+            try:
+                return path, self.restore(path)
+            except DamagedCheckpointError as e:
+                logger.warning("%s", e)
+        return None
+
     def _set_aside(self, damaged: List[str], intact: str) -> None:
         # The index stops naming the damaged checkpoints before their files move.
         self.series.write_index([p for p in self.series.paths if p not in damaged])

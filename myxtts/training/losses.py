@@ -15,6 +15,15 @@
                                    loss that is differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
+Under a tf.distribute strategy each replica sees a slice of the global batch, and a mean of
+per-replica means would weigh a frame of a short slice more than one of a long slice. So the
+replica calls `loss_counts` (how many values each loss averages over in its slice: valid mel
+values, stop frames, valid attention rows; from the batch alone, so before the forward pass),
+the strategy sums them over the replicas, and
+`compute_losses(..., counts=global counts)` divides each replica's SUM by the global count: the
+replicas' losses then add up to the one-device loss of the global batch, and so do their
+gradients. Without `counts` the losses are the batch's own means, computed as before.
+
 Stop targets are per frame: the last valid frame (mel_lengths-1) and the padding after it are
 positive, the earlier frames negative; a bucket's padding is "after the end", so every item
 whose length is below its bucket's gives the stop head several positives to learn from.
@@ -22,44 +31,72 @@ whose length is below its bucket's gives the stop head several positives to lear
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Optional
 
 import tensorflow as tf
 
 from myxtts.config import TrainingConfig
 
 
-def _masked_mean(values: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """Mean of `values` over positions where `mask` (float32, broadcastable) is 1."""
+def _masked_mean(values: tf.Tensor, mask: tf.Tensor, count=None) -> tf.Tensor:
+    """Mean of `values` over positions where `mask` (float32, broadcastable) is 1; divided by
+    `count` instead of the mask's sum when given (the global batch's count)."""
     mask = tf.broadcast_to(mask, tf.shape(values))
+    if count is not None:
+        return tf.reduce_sum(values * mask) / tf.maximum(count, 1.0)
     return tf.reduce_sum(values * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
 def mel_loss(prediction: tf.Tensor, target: tf.Tensor, frame_mask: tf.Tensor,
-             kind: str) -> tf.Tensor:
+             kind: str, count=None) -> tf.Tensor:
     """Masked l1 | l2 | l1+l2 over valid frames and all mel bands."""
     error = tf.cast(prediction, tf.float32) - tf.cast(target, tf.float32)
     mask = frame_mask[..., None]
-    terms = {"l1": lambda: _masked_mean(tf.abs(error), mask),
-             "l2": lambda: _masked_mean(tf.square(error), mask)}
+    terms = {"l1": lambda: _masked_mean(tf.abs(error), mask, count),
+             "l2": lambda: _masked_mean(tf.square(error), mask, count)}
     if kind == "l1+l2":
         return terms["l1"]() + terms["l2"]()
     return terms[kind]()
 
 
-def stop_loss(stop_logits: tf.Tensor, mel_lengths: tf.Tensor, pos_weight: float) -> tf.Tensor:
+def stop_loss(stop_logits: tf.Tensor, mel_lengths: tf.Tensor, pos_weight: float,
+              count=None) -> tf.Tensor:
     """Per-frame BCE over every frame of the batch: frames >= mel_lengths-1 are positive
     (weighted by pos_weight), earlier ones negative."""
     num_frames = tf.shape(stop_logits)[1]
     labels = tf.cast(tf.range(num_frames)[None, :] >= mel_lengths[:, None] - 1, tf.float32)
     bce = tf.nn.weighted_cross_entropy_with_logits(labels, tf.cast(stop_logits, tf.float32),
                                                    pos_weight)
+    if count is not None:
+        return tf.reduce_sum(bce) / tf.maximum(count, 1.0)
     return tf.reduce_mean(bce)
+
+
+def _step_lengths(mel_lengths: tf.Tensor, reduction_factor: int) -> tf.Tensor:
+    return (mel_lengths + reduction_factor - 1) // reduction_factor
+
+
+def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
+                attention_heads: int) -> Dict[str, tf.Tensor]:
+    """How many values each loss of `compute_losses` averages over in this batch (float32),
+    from the batch alone (a strategy sums them over the replicas BEFORE the forward pass):
+    "mel" (valid frames x mel bands, also the postnet's), "stop" (every frame of every item),
+    "attention" (valid decoder steps x `attention_heads`, the text_attention heads of all
+    decoder blocks)."""
+    mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
+    shape = tf.shape(batch["mel"])
+    valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, shape[1]), tf.float32))
+    steps = tf.reduce_sum(tf.cast(tf.sequence_mask(
+        _step_lengths(mel_lengths, reduction_factor),
+        (shape[1] + reduction_factor - 1) // reduction_factor), tf.float32))
+    return {"mel": valid * tf.cast(shape[2], tf.float32),
+            "stop": tf.cast(shape[0] * shape[1], tf.float32),
+            "attention": steps * float(attention_heads)}
 
 
 def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
                           mel_lengths: tf.Tensor, reduction_factor: int,
-                          sigma: float) -> tf.Tensor:
+                          sigma: float, count=None) -> tf.Tensor:
     """attention [B, K, S, T] (K heads, any number) or [B, S, T]. For every valid decoder step
     s of item b, the attention weight that lies off its diagonal,
     sum_n A[b, k, s, n] * (1 - exp(-(n/N_b - s/S_b)^2 / (2 sigma^2))), averaged over heads and
@@ -70,7 +107,7 @@ def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
     if attention.shape.rank == 3:
         attention = attention[:, None]
     steps, text = tf.shape(attention)[2], tf.shape(attention)[3]
-    step_lengths = (mel_lengths + reduction_factor - 1) // reduction_factor
+    step_lengths = _step_lengths(mel_lengths, reduction_factor)
     s = tf.cast(tf.range(steps), tf.float32)[None, :, None] / tf.cast(
         step_lengths, tf.float32)[:, None, None]
     n = tf.cast(tf.range(text), tf.float32)[None, None, :] / tf.cast(
@@ -79,7 +116,7 @@ def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
     penalty *= tf.cast(tf.sequence_mask(token_lengths, text), tf.float32)[:, None, :]
     off_diagonal = tf.reduce_sum(attention * penalty[:, None], axis=-1)  # [B, K, S]
     valid = tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, None, :]
-    return _masked_mean(off_diagonal, valid)
+    return _masked_mean(off_diagonal, valid, count)
 
 
 def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
@@ -94,20 +131,26 @@ def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
 
 def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                    training_config: TrainingConfig, step,
-                   reduction_factor: int) -> Dict[str, tf.Tensor]:
-    """All training losses; see the module docstring for the keys."""
+                   reduction_factor: int,
+                   counts: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, tf.Tensor]:
+    """All training losses; see the module docstring for the keys. `counts` (as from
+    `loss_counts`, summed over a strategy's replicas) replaces this batch's own counts."""
     c = training_config
+    counts = counts or {}
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
     token_lengths = tf.cast(batch["token_lengths"], tf.int32)
     target = batch["mel"]
     frames = tf.cast(tf.sequence_mask(mel_lengths, tf.shape(target)[1]), tf.float32)
     losses = {
-        "mel": mel_loss(outputs["mel_before"], target, frames, c.mel_loss),
-        "postnet": mel_loss(outputs["mel_after"], target, frames, c.mel_loss),
-        "stop": stop_loss(outputs["stop_logits"], mel_lengths, c.stop_pos_weight),
+        "mel": mel_loss(outputs["mel_before"], target, frames, c.mel_loss, counts.get("mel")),
+        "postnet": mel_loss(outputs["mel_after"], target, frames, c.mel_loss,
+                            counts.get("mel")),
+        "stop": stop_loss(outputs["stop_logits"], mel_lengths, c.stop_pos_weight,
+                          counts.get("stop")),
         "guided_attention": guided_attention_loss(outputs["text_attention"], token_lengths,
                                                   mel_lengths, reduction_factor,
-                                                  c.guided_attention_sigma),
+                                                  c.guided_attention_sigma,
+                                                  counts.get("attention")),
         "guided_attention_weight": guided_attention_weight(c, step),
     }
     losses["objective"] = (c.mel_loss_weight * losses["mel"]

@@ -1,11 +1,13 @@
 """What the user sees while training: TensorBoard (scalars, mel/alignment images, Griffin-Lim
-audio), a tqdm progress bar on a terminal, and log lines with throughput and data-wait figures.
+audio), a tqdm progress bar on a terminal, and log lines with throughput, data-wait and
+per-device memory figures.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import time
 from typing import Dict, Optional
 
@@ -46,6 +48,43 @@ class Throughput:
                 "data_wait_fraction": min(1.0, self.wait / elapsed)}
 
 
+def _host_memory() -> tuple:
+    """(current, peak) resident memory of this process in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            current = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        current = peak
+    return current, peak
+
+
+def memory_figures(devices) -> Dict[str, float]:
+    """{"memory/<device>/current_mb", "memory/<device>/peak_mb"} for every device in
+    `devices`: a GPU's allocator (tf.config.experimental.get_memory_info, peak since start);
+    CPU devices, logical ones included, share the process's resident memory ("host")."""
+    out: Dict[str, float] = {}
+    for device in devices:
+        spec = tf.DeviceSpec.from_string(device)
+        if (spec.device_type or "CPU").upper() == "GPU":
+            name = f"GPU{spec.device_index or 0}"
+            info = tf.config.experimental.get_memory_info(f"GPU:{spec.device_index or 0}")
+            current, peak = info["current"], info["peak"]
+        else:
+            name = "host"
+            current, peak = _host_memory()
+        out[f"memory/{name}/current_mb"] = current / 2 ** 20
+        out[f"memory/{name}/peak_mb"] = peak / 2 ** 20
+    return out
+
+
+def _memory_text(scalars: Dict[str, float]) -> str:
+    names = [k.split("/")[1] for k in scalars if k.startswith("memory/") and
+             k.endswith("/current_mb")]
+    return ", ".join(f"{name} {scalars[f'memory/{name}/current_mb']:,.0f}/"
+                     f"{scalars[f'memory/{name}/peak_mb']:,.0f} MB" for name in names)
+
+
 def _image(matrix: np.ndarray) -> np.ndarray:
     """[rows, cols] → [1, rows, cols, 1] in [0, 1], row 0 at the bottom (low mel bands low)."""
     m = np.asarray(matrix, np.float32)
@@ -55,11 +94,13 @@ def _image(matrix: np.ndarray) -> np.ndarray:
 
 
 class TrainingMonitor:
-    """TensorBoard writers (tensorboard/train, tensorboard/val) and the terminal progress bar."""
+    """TensorBoard writers (tensorboard/train, tensorboard/val) and the terminal progress bar.
+    `memory_devices`: the devices whose memory each training log line reports."""
 
     def __init__(self, directory: str, total_steps: Optional[int], initial_step: int,
-                 sample_rate: int):
+                 sample_rate: int, memory_devices=()):
         self.sample_rate = sample_rate
+        self.memory_devices = list(memory_devices)
         self.train_writer = tf.summary.create_file_writer(os.path.join(directory, "train"))
         self.val_writer = tf.summary.create_file_writer(os.path.join(directory, "val"))
         # disable=None: a bar on terminals only; log files get the periodic log lines instead.
@@ -71,6 +112,7 @@ class TrainingMonitor:
         self.bar.update(1)
 
     def log_train(self, step: int, epoch: int, scalars: Dict[str, float]) -> None:
+        scalars = {**scalars, **memory_figures(self.memory_devices)}
         self.bar.set_postfix_str(f"loss {scalars['loss/total']:.4f} | "
                                  f"{scalars['frames_per_second']:,.0f} frames/s | data wait "
                                  f"{scalars['data_wait_fraction']:.0%}", refresh=False)
@@ -87,6 +129,8 @@ class TrainingMonitor:
             text += f", loss scale {scalars['loss_scale']:g}"
         if scalars.get("nonfinite_steps"):
             text += f", {int(scalars['nonfinite_steps'])} non-finite steps skipped so far"
+        if self.memory_devices:
+            text += f"; memory (current/peak) {_memory_text(scalars)}"
         self._write(text)
 
     def log_validation(self, step: int, scalars: Dict[str, float], images: Dict[str, np.ndarray],

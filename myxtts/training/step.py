@@ -60,7 +60,7 @@ class TrainStep:
         self.update_scales = list(update_scales or [None] * len(model.trainable_variables))
         self.loss_scaling = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         variables = model.trainable_variables
-        with tf.device(model_device):
+        with self._variable_scope():
             # Optimizer updates attempted (applied + skipped): the step users see.
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False,
@@ -74,10 +74,18 @@ class TrainStep:
                 tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
                             name=f"accum_{i}") for i, v in enumerate(variables)
             ] if self.accum > 1 else []
+        with tf.device(model_device):
             self.grad_norm = keras.metrics.Mean(name="grad_norm")
             self.loss_metrics = {name: keras.metrics.Mean(name=f"loss_{name}")
                                  for name in loss_names}
-        self._compiled = tf.function(self._step, jit_compile=jit_compile, reduce_retracing=False)
+        self._compiled = self._compile(jit_compile)
+
+    def _variable_scope(self):
+        """Where the counters and accumulators are created (MirroredTrainStep: the strategy)."""
+        return tf.device(self.model_device)
+
+    def _compile(self, jit_compile: bool):
+        return tf.function(self._step, jit_compile=jit_compile, reduce_retracing=False)
 
     # -- public --------------------------------------------------------------------------------
     def __call__(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:

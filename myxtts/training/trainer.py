@@ -9,6 +9,10 @@ counters, gradient accumulators and metrics. Each step is one `tf.function(jit_c
 training.xla)` run under that device (myxtts.training.step). Checkpoints (myxtts.training.
 checkpoints) resume automatically from the latest in training.checkpoint_dir; a new run can
 start from another run's model weights instead (`init_from`, myxtts.training.warm_start).
+
+With `distribution` (myxtts.training.distribution.Distribution, docs/distributed.md) the same
+things are created in the strategy's scope, mirrored on every model device, and the step is
+myxtts.training.mirrored_step.MirroredTrainStep; validation runs on the first model device.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from myxtts.model_info import read_model_info, update_model_info
 from myxtts.models.xtts import XTTSModel
 from myxtts.training.base import Batch, Trainer, TrainingStopped
 from myxtts.training.checkpoints import CheckpointStore, checkpoint_step
-from myxtts.training.losses import compute_losses
+from myxtts.training.losses import compute_losses, loss_counts
+from myxtts.training.mirrored_step import MirroredTrainStep
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.optimization import build_optimizer
 from myxtts.training.step import TrainStep
@@ -61,26 +66,27 @@ class XTTSTrainer(Trainer):
     `init_from` (a run directory, DIR/best or a checkpoint prefix) starts a run that has no
     checkpoint yet from that run's model weights: fresh optimizer, step 0; `config` must take
     its model fields from that run (myxtts.finetune.warm_start_config) and `tokenizer` must
-    extend its vocabulary.
+    extend its vocabulary. `distribution` trains on a tf.distribute strategy's model devices
+    (then `model_device` is its first one).
     """
 
     def __init__(self, config: XTTSConfig, model: Optional[keras.Model] = None,
                  resume_checkpoint: Optional[str] = None, model_device: Optional[str] = None,
                  *, tokenizer=None, reset_training: bool = False,
-                 init_from: Optional[str] = None):
+                 init_from: Optional[str] = None, distribution=None):
         if init_from and resume_checkpoint:
             raise MyXTTSError(RESUME_CONFLICT)
-        self._start_run(config, model_device)
+        self._start_run(config, model_device, distribution)
         self.tokenizer = tokenizer
         tc = config.training
         self._griffin_lim: Optional[GriffinLim] = None
 
-        with tf.device(self.model_device):
+        with self._model_scope():
             if model is None:
                 if tokenizer is None:
                     raise MyXTTSError("XTTSTrainer needs a tokenizer (for the vocabulary size) "
                                       "when no model is passed.")
-                logger.info("Creating model on device: %s", self.model_device)
+                logger.info("Creating model on device: %s", ", ".join(self._replica_devices))
                 model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
                                   config.data.n_mels)
             self.model = model
@@ -89,16 +95,23 @@ class XTTSTrainer(Trainer):
                 model, tc.freeze, tc.pretrained_lr_scale,
                 self._source_rows(init_from, resume_checkpoint, reset_training))
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
-            self.step = TrainStep(model, self.optimizer, self._losses, loss_names=LOSS_NAMES,
-                                  model_device=self.model_device,
-                                  grad_accum_steps=tc.grad_accum_steps, jit_compile=tc.xla,
-                                  max_nonfinite_steps=tc.max_nonfinite_steps,
-                                  on_micro_batch=self._count_batch,
-                                  update_scales=update_scales)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
+        step_options = dict(loss_names=LOSS_NAMES, grad_accum_steps=tc.grad_accum_steps,
+                            jit_compile=tc.xla, max_nonfinite_steps=tc.max_nonfinite_steps,
+                            on_micro_batch=self._count_batch, update_scales=update_scales)
+        if distribution is None:
+            self.step = TrainStep(model, self.optimizer, self._losses,
+                                  model_device=self.model_device, **step_options)
+        else:
+            heads = config.model.decoder_layers * config.model.num_heads  # text_attention's
+            self.step = MirroredTrainStep(
+                model, self.optimizer, self._losses, distribution=distribution,
+                count_fn=lambda b: loss_counts(b, config.model.reduction_factor, heads),
+                **step_options)
+        with tf.device(self.model_device):
             self.val_metrics = {name: keras.metrics.Mean(name=f"val_{name}")
                                 for name in LOSS_NAMES}
-            self._val_compiled = tf.function(self._val_step, jit_compile=tc.xla)
+        self._val_compiled = tf.function(self._val_step, jit_compile=tc.xla)
         self._log_placement()
 
         self.checkpoints = CheckpointStore(self.directory, {
@@ -115,11 +128,20 @@ class XTTSTrainer(Trainer):
         return int(self.step.step.numpy())
 
     # -- setup ---------------------------------------------------------------------------------
-    def _losses(self, batch: Batch, step, training: bool) -> Dict[str, tf.Tensor]:
+    def _losses(self, batch: Batch, step, training: bool,
+                counts=None) -> Dict[str, tf.Tensor]:
+        """The losses of `batch`; under a strategy (`counts`: the global batch's loss counts,
+        summed over the replicas) this replica's share of the global batch's losses."""
         outputs = self.model(batch, training=training)
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
-        return compute_losses(outputs, batch, self.config.training, step,
-                              self.config.model.reduction_factor)
+        r = self.config.model.reduction_factor
+        if counts is None:
+            return compute_losses(outputs, batch, self.config.training, step, r)
+        losses = compute_losses(outputs, batch, self.config.training, step, r, counts)
+        # Every replica has the whole weight; the strategy sums the replicas' values.
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        losses["guided_attention_weight"] /= replicas
+        return losses
 
     def _count_batch(self, batch: Batch) -> None:
         """Inside the compiled step: the data position and the frame count stay on the device."""
@@ -131,9 +153,10 @@ class XTTSTrainer(Trainer):
         params = sum(int(np.prod(v.shape)) for v in self.model.weights)
         trainable = sum(int(np.prod(v.shape)) for v in self.model.trainable_variables)
         logger.info("Model: %s parameters%s in %d variables; optimizer %s with %d variables "
-                    "(slots built); all on %s", f"{params:,}",
+                    "(slots built); all %s %s", f"{params:,}",
                     f" ({trainable:,} trainable)" if trainable < params else "", len(model_vars),
                     type(self.optimizer).__name__, len(self.optimizer.variables),
+                    "mirrored on" if self.distribution else "on",
                     self._placement([*model_vars, *self.optimizer.variables]))
 
     def _run_step(self, batch: Batch) -> Dict[str, tf.Tensor]:
@@ -146,8 +169,9 @@ class XTTSTrainer(Trainer):
                      reset: bool) -> Optional[SourceRows]:
         """The embedding rows that hold another run's weights: of `init_from` for a run that
         starts now, as recorded in model_info.json for one that resumes (None: no warm start)."""
-        if not reset and (resume_checkpoint or tf.train.get_checkpoint_state(self.directory)):
-            recorded = read_model_info(self.directory).get("init_from")
+        if not reset and (resume_checkpoint or
+                          tf.train.get_checkpoint_state(self.run_directory)):
+            recorded = read_model_info(self.run_directory).get("init_from")
             return SourceRows(**recorded["source_rows"]) if recorded else None
         if not init_from:
             return None
@@ -161,7 +185,7 @@ class XTTSTrainer(Trainer):
             update_model_info(self.directory, init_from=None)
         restored = super()._restore(resume_checkpoint, reset)
         if init_from and restored:
-            recorded = read_model_info(self.directory).get("init_from")
+            recorded = read_model_info(self.run_directory).get("init_from")
             logger.info("--init-from %s is not applied again: %s", init_from,
                         f"this run started from {recorded['checkpoint']}" if recorded else
                         "this directory holds a run of its own; pass a new "
