@@ -10,8 +10,8 @@ import keras
 import tensorflow as tf
 
 from myxtts.config import ModelConfig
-from myxtts.models.layers import (TransformerStack, causal_mask, fold_seed, indexed,
-                                  sinusoidal_encoding, stateless_dropout)
+from myxtts.models.layers import (TransformerStack, apply_dense, causal_mask, dense_weights,
+                                  fold_seed, indexed, sinusoidal_encoding, stateless_dropout)
 
 # Decoder memories, in the order of the blocks' cross-attention sub-layers.
 LATENTS, TEXT = 0, 1
@@ -150,6 +150,30 @@ class MelDecoder(keras.layers.Layer):
                                               training=training))
         x = x + tf.cast(encodings, x.dtype)[None]
         return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
+
+    # ---- one decode step (see layers.dense_weights) ---------------------------------------
+    def step_weights(self):
+        """The weights of `embed_step` and `step_heads`, read once before a decode loop; the
+        mel and stop heads as one matrix. The transformer's come from its blocks'
+        `step_weights` and `layers.norm_weights(transformer.final_norm)`."""
+        return {"prenet": [dense_weights(layer) for layer in self.prenet.layers_],
+                "input": dense_weights(self.input_projection),
+                "heads": dense_weights(self.mel_projection, self.stop_projection)}
+
+    def embed_step(self, previous, keep_rows, encoding, weights):
+        """`embed_inputs` of one decode step: previous [B, r*n_mels] (the last step's frames),
+        that step's keep-mask rows and encoding → [B, d]."""
+        x = previous
+        for i, layer_weights in enumerate(weights["prenet"]):
+            x = tf.nn.relu(apply_dense(x, layer_weights))
+            if self.prenet.rate > 0:
+                x = x * tf.cast(keep_rows[i], x.dtype)
+        x = apply_dense(x, weights["input"])
+        return x + tf.cast(encoding, x.dtype)
+
+    def step_heads(self, x, weights):
+        """`heads` of one decode step: [B, d] → (frames [B, r*n_mels], stop logits [B, r])."""
+        return tf.split(apply_dense(x, weights["heads"]), [self.r * self.n_mels, self.r], -1)
 
     def heads(self, x):
         """Decoder states [B, (S,) d] → (frames [B, (S,) r*n_mels], stop logits [B, (S,) r])."""

@@ -19,7 +19,7 @@ forward pass.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -109,9 +109,8 @@ def forward_initial_state(batch, heads: int, keys) -> tf.Tensor:
 def forward_step(previous: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     """previous [B, H, T]: step s-1's forward log weights; logits [B, H, T]: step s's masked
     attention logits → step s's forward log weights [B, H, T] (exp() sums to 1)."""
-    t = tf.shape(previous)[-1]
     moves = [previous] + [
-        tf.pad(previous, [[0, 0], [0, 0], [jump, 0]], constant_values=_IMPOSSIBLE)[..., :t]
+        tf.pad(previous, [[0, 0], [0, 0], [jump, 0]], constant_values=_IMPOSSIBLE)[..., :-jump]
         for jump in range(1, FORWARD_JUMP + 1)]
     joint = tf.reduce_logsumexp(tf.stack(moves), axis=0) + tf.nn.log_softmax(logits, axis=-1)
     return tf.maximum(tf.nn.log_softmax(joint, axis=-1), _IMPOSSIBLE)
@@ -172,8 +171,8 @@ def write_slot(buffer: tf.Tensor, position, value: tf.Tensor) -> tf.Tensor:
     """buffer [S, ...] from `slot_buffer` with slot `position` (scalar int32) set to value [...].
     The input buffer must not be used after this call (the graph path writes into it)."""
     if in_xla_context():
-        return tf.tensor_scatter_nd_update(buffer, [[position]], value[None])
-    return tf.raw_ops.InplaceUpdate(x=buffer, i=[position], v=value[None])
+        return tf.tensor_scatter_nd_update(buffer, [[position]], tf.expand_dims(value, 0))
+    return tf.raw_ops.InplaceUpdate(x=buffer, i=[position], v=tf.expand_dims(value, 0))
 
 
 def written_slots(buffer: tf.Tensor, position) -> tf.Tensor:
@@ -184,6 +183,56 @@ def written_slots(buffer: tf.Tensor, position) -> tf.Tensor:
         return buffer
     return buffer[:position + 1]
 
+
+# ---- one decode step on weights read once ---------------------------------------------------
+# In a plain graph every op of the while-loop body is dispatched again at every decode step, and
+# a Keras layer call reads its variables and reshapes its weights each time (a LayerNormalization
+# is ~20 ops). The decode therefore reads every weight once, before its loop (`*_weights` below;
+# the body captures the tensors), and runs a step as [B, ...] rows on those tensors with the
+# same arithmetic as the layers.
+def dense_weights(*layers: keras.layers.Dense) -> Tuple[tf.Tensor, tf.Tensor]:
+    """(kernel, bias) of Dense layers without activation, side by side (one matmul computes
+    all their outputs), in the layers' compute dtype."""
+    dtype = layers[0].compute_dtype
+    kernel = tf.concat([tf.cast(tf.convert_to_tensor(l.kernel), dtype) for l in layers], axis=1)
+    bias = tf.concat([tf.cast(tf.convert_to_tensor(l.bias), dtype) for l in layers], axis=0)
+    return kernel, bias
+
+
+def apply_dense(x: tf.Tensor, weights: Tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+    """x [B, d_in] → [B, d_out] with `dense_weights`."""
+    kernel, bias = weights
+    return tf.nn.bias_add(tf.matmul(tf.cast(x, kernel.dtype), kernel), bias)
+
+
+def norm_weights(layer: keras.layers.LayerNormalization):
+    """(gamma, beta, epsilon, compute dtype) of a LayerNormalization over the last axis."""
+    return (tf.convert_to_tensor(layer.gamma, tf.float32),
+            tf.convert_to_tensor(layer.beta, tf.float32), layer.epsilon, layer.compute_dtype)
+
+
+def apply_norm(x: tf.Tensor, weights) -> tf.Tensor:
+    """Layer normalisation of x [B, d] (float32 arithmetic) with `norm_weights`."""
+    gamma, beta, epsilon, dtype = weights
+    centred = tf.cast(x, tf.float32)
+    centred -= tf.reduce_mean(centred, axis=-1, keepdims=True)
+    variance = tf.reduce_mean(tf.square(centred), axis=-1, keepdims=True)
+    return tf.cast(centred * tf.math.rsqrt(variance + epsilon) * gamma + beta, dtype)
+
+
+def attend_slots(q: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, position) -> tf.Tensor:
+    """Attention of one decode step over a slot-major cache, without transposing it: q
+    [1, B, H, Dh]; keys, values [S', B, H, Dh] from `written_slots` (slots past `position` are
+    masked; a plain graph passes only slots 0..position). Returns [B, H, Dh]."""
+    scale = tf.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
+    logits = tf.cast(tf.reduce_sum(keys * (q * scale), axis=-1), tf.float32)  # [S', B, H]
+    if in_xla_context():
+        visible = tf.reshape(tf.range(_length(keys, 0)) <= position, [-1, 1, 1])
+        logits = tf.where(visible, logits, tf.constant(_MASKED_LOGIT, tf.float32))
+    # softmax over the slot axis (tf.nn.softmax on axis 0 would transpose twice)
+    weights = tf.exp(logits - tf.reduce_max(logits, axis=0, keepdims=True))
+    weights = weights / tf.reduce_sum(weights, axis=0, keepdims=True)
+    return tf.reduce_sum(tf.expand_dims(tf.cast(weights, values.dtype), -1) * values, axis=0)
 
 def indexed(owner: keras.layers.Layer, prefix: str, layers: list) -> list:
     """Also sets owner.<prefix>_<i> for every layer of a list and returns the list.
@@ -230,23 +279,6 @@ class MultiHeadAttention(keras.layers.Layer):
     def combine(self, heads: tf.Tensor) -> tf.Tensor:
         x = tf.reshape(tf.transpose(heads, [0, 2, 1, 3]), [-1, _length(heads, 2), self.d_model])
         return self.wo(x)
-
-    # One decode position as [B, d_model] rows: 2-D Dense calls and a plain reshape to heads
-    # keep the per-step graph small (a 3-D Dense adds ~15 shape ops per call).
-    def _step_heads(self, x: tf.Tensor) -> tf.Tensor:
-        return tf.reshape(x, [-1, self.num_heads, 1, self.head_dim])
-
-    def step_query_heads(self, x: tf.Tensor) -> tf.Tensor:
-        """[B, d] → [B, H, 1, Dh]."""
-        return self._step_heads(self.wq(x))
-
-    def step_key_value_heads(self, x: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        k, v = tf.split(self.wkv(x), 2, axis=-1)
-        return self._step_heads(k), self._step_heads(v)
-
-    def step_combine(self, heads: tf.Tensor) -> tf.Tensor:
-        """[B, H, 1, Dh] → [B, d]."""
-        return self.wo(tf.reshape(heads, [-1, self.d_model]))
 
     def call(self, x, memory, mask=None, forward=False):
         """Returns (output [B, Tq, d_model], weights [B, H, Tq, Tk] float32). forward=True:
@@ -343,31 +375,49 @@ class TransformerBlock(keras.layers.Layer):
         return out, list(weights[:n])
 
     # ---- incremental decoding -------------------------------------------------------------
-    def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks, forward_state=None):
+    def step_weights(self) -> Dict[str, Any]:
+        """This block's weights for `step` (read once before a decode loop): query, key and
+        value projections as one matrix."""
+        sa = self.self_attention
+        return {"self_norm": norm_weights(self.self_norm),
+                "qkv": dense_weights(sa.wq, sa.wkv), "self_out": dense_weights(sa.wo),
+                "cross": [(norm_weights(norm), dense_weights(a.wq), dense_weights(a.wo))
+                          for norm, a in zip(self.cross_norms, self.cross_attentions)],
+                "ff_norm": norm_weights(self.ff_norm),
+                "ff_inner": dense_weights(self.feed_forward.inner),
+                "ff_outer": dense_weights(self.feed_forward.outer)}
+
+    def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks, weights,
+             forward_state=None):
         """One decode position with a preallocated self-attention cache (inference only).
 
         x: [B, d]; cache_k/cache_v: slot-major decode buffers [S, B, H, Dh] (see `slot_buffer`;
         the ones passed in must not be used again); position: scalar int32 (slot to write);
-        memory_kv: [(k, v)] per memory, already projected; forward_state: the forward-attention
-        log weights of the previous position [B, H, Tk] (when the block has a forward memory).
+        memory_kv: [(k, v)] per memory, already projected; weights: `step_weights()`;
+        forward_state: the forward-attention log weights of the previous position [B, H, Tk]
+        (when the block has a forward memory).
         Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). Only
         slot `position` is written, and in a plain graph only slots 0..position are read, so a
         step's cost does not depend on S.
         """
-        h = self.self_norm(x)
-        q = self.self_attention.step_query_heads(h)
-        k, v = self.self_attention.step_key_value_heads(h)
-        cache_k = write_slot(cache_k, position, k[:, :, 0])
-        cache_v = write_slot(cache_v, position, v[:, :, 0])
-        keys = tf.transpose(written_slots(cache_k, position), [1, 2, 0, 3])
-        values = tf.transpose(written_slots(cache_v, position), [1, 2, 0, 3])
-        visible = (tf.range(_length(keys, 2)) <= position)[None, None, None, :]
-        out, _ = attend(q, keys, values, visible)
-        x = x + self.self_attention.step_combine(out)
-        weights = []
-        for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
+        heads, head_dim = self.self_attention.num_heads, self.self_attention.head_dim
+
+        def split_heads(y):
+            return tf.reshape(y, [-1, heads, head_dim])
+
+        q, k, v = tf.split(apply_dense(apply_norm(x, weights["self_norm"]), weights["qkv"]),
+                           3, axis=-1)
+        cache_k = write_slot(cache_k, position, split_heads(k))
+        cache_v = write_slot(cache_v, position, split_heads(v))
+        out = attend_slots(tf.reshape(q, [1, -1, heads, head_dim]),
+                           written_slots(cache_k, position),
+                           written_slots(cache_v, position), position)
+        x = x + apply_dense(tf.reshape(out, [-1, self.d_model]), weights["self_out"])
+        attention_weights = []
+        for i, (norm_w, query_w, out_w) in enumerate(weights["cross"]):
             mk, mv = memory_kv[i]
-            q = attention.step_query_heads(norm(x))
+            q = tf.reshape(apply_dense(apply_norm(x, norm_w), query_w),
+                           [-1, heads, 1, head_dim])
             if i == self.forward_memory:
                 forward_state = forward_step(forward_state,
                                              attention_logits(q, mk, memory_masks[i])[:, :, 0])
@@ -375,10 +425,12 @@ class TransformerBlock(keras.layers.Layer):
                 out = tf.matmul(tf.cast(w, mv.dtype), mv)
             else:
                 out, w = attend(q, mk, mv, memory_masks[i])
-            x = x + attention.step_combine(out)
-            weights.append(w)
-        x = x + self.feed_forward(self.ff_norm(x))
-        return x, cache_k, cache_v, weights, forward_state
+            x = x + apply_dense(tf.reshape(out, [-1, self.d_model]), out_w)
+            attention_weights.append(w)
+        hidden = self.feed_forward.inner.activation(
+            apply_dense(apply_norm(x, weights["ff_norm"]), weights["ff_inner"]))
+        x = x + apply_dense(hidden, weights["ff_outer"])
+        return x, cache_k, cache_v, attention_weights, forward_state
 
 
 class TransformerStack(keras.layers.Layer):

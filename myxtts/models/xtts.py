@@ -42,9 +42,9 @@ import tensorflow as tf
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.layers import (fold_seed, forward_initial_state, in_xla_context,
-                                  key_padding_mask, length_mask, slot_buffer, window_mask,
-                                  write_slot)
+from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
+                                  in_xla_context, key_padding_mask, length_mask, norm_weights,
+                                  slot_buffer, window_mask, write_slot)
 
 
 class _FunctionCache:
@@ -204,18 +204,22 @@ class XTTSModel(keras.Model):
                            for _ in blocks)
 
             keep_masks, encodings = self.decoder.position_tables(slots)
+            step_weights = [block.step_weights() for block in blocks]
+            final_norm = norm_weights(self.decoder.transformer.final_norm)
+            decoder_weights = self.decoder.step_weights()
 
             def body(step, frames_buf, align_buf, done, lengths, by_stop, peaks, previous,
                      caches):
-                # One step as [B, ...] rows (see MultiHeadAttention.step_query_heads).
-                x = self.decoder.embed_inputs(previous, ([tf.gather(m, step) for m in keep_masks],
-                                                         tf.gather(encodings, step)))
+                # One step as [B, ...] rows on weights read before the loop (layers.apply_dense).
+                x = self.decoder.embed_step(previous, [tf.gather(m, step) for m in keep_masks],
+                                            tf.gather(encodings, step), decoder_weights)
                 masks = [None, step_text_mask(peaks)]
                 new_caches = []
-                for block, (ck, cv, fw), kv in zip(blocks, caches, memory_kv):
-                    x, ck, cv, weights, fw = block.step(x, ck, cv, step, kv, masks, fw)
+                for block, (ck, cv, fw), kv, w in zip(blocks, caches, memory_kv, step_weights):
+                    x, ck, cv, weights, fw = block.step(x, ck, cv, step, kv, masks, w, fw)
                     new_caches.append((ck, cv, fw))
-                frames, stop = self.decoder.heads(self.decoder.transformer.final_norm(x))
+                frames, stop = self.decoder.step_heads(apply_norm(x, final_norm),
+                                                       decoder_weights)
                 align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
                 out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
                              by_stop, peaks)
