@@ -1,5 +1,6 @@
-"""Vocoder speed (real-time factor of each HiFi-GAN preset vs Griffin-Lim) and resynthesis
-quality of held-out recordings (their real mels → waveform) for HiFi-GAN, Griffin-Lim and the
+"""Vocoder speed (real-time factor of each HiFi-GAN preset and of the Vocos generator vs
+Griffin-Lim) and resynthesis quality of held-out recordings (their real mels → waveform) for the
+trained vocoder (HiFi-GAN or Vocos), Griffin-Lim and the
 recordings themselves.
 
     python benchmarks/bench_vocoder.py                                   # speed of every preset
@@ -44,7 +45,7 @@ from myxtts.evaluation.metrics import frame_distances, mel_cepstra, word_errors 
 from myxtts.evaluation.recognizer import load_recognizer  # noqa: E402
 from myxtts.inference.vocoding import (GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder,  # noqa: E402
                                        load_vocoder)
-from myxtts.vocoder.generator import HiFiGANGenerator  # noqa: E402
+from myxtts.vocoder.generator import build_generator  # noqa: E402
 
 
 def timed(fn, repeats):
@@ -67,14 +68,18 @@ def speed(config, mel, presets, repeats):
     print("| vocoder | parameters | RTF tf.function | RTF XLA | vs Griffin-Lim |")
     print("| --- | --- | --- | --- | --- |")
     print(f"| Griffin-Lim, {GRIFFIN_LIM_ITERATIONS} iterations | - | {gl:.4f} | - | 1.0x |")
-    for preset in presets:
-        config.vocoder.preset = preset
-        generator = HiFiGANGenerator.from_config(config)
+    for preset in presets:  # "vocos": the Vocos generator (vocoder.vocos_* sizes)
+        if preset == "vocos":
+            config.vocoder.generator = "vocos"
+        else:
+            config.vocoder.generator, config.vocoder.preset = "hifigan", preset
+        generator = build_generator(config)
         plain, xla = (timed(lambda f=tf.function(generator, jit_compile=jit): f(mel), repeats)
                       / seconds for jit in (False, True))
         best = min(plain, xla)
         ratio = f"{gl / best:.1f}x faster" if best < gl else f"{best / gl:.1f}x slower"
-        print(f"| HiFi-GAN {preset} | {generator.count_params():,} | {plain:.4f} | {xla:.4f} | "
+        name = generator.vocoder_name + ("" if preset == "vocos" else f" {preset}")
+        print(f"| {name} | {generator.count_params():,} | {plain:.4f} | {xla:.4f} | "
               f"{ratio} |")
 
 
@@ -99,7 +104,7 @@ def train_step_speed(config, repeats):
     print("| --- | --- | --- |")
     for jit in (False, True):
         keras.utils.set_random_seed(0)
-        step = GANStep(HiFiGANGenerator.from_config(config),
+        step = GANStep(build_generator(config),
                        MultiPeriodDiscriminator(v.mpd_periods, preset.discriminator_width),
                        MultiScaleDiscriminator(v.msd_scales, preset.discriminator_width,
                                                preset.grouped_msd),
@@ -144,7 +149,8 @@ def quality(config, vocoder, items):
     log_mel = audio_lib.LogMel.from_config(d)
     griffin_lim = GriffinLimVocoder(d)
     recognizer, why_not = load_recognizer("auto", [d.languages[it.language_id] for it in items])
-    names = ("recordings", f"Griffin-Lim ({GRIFFIN_LIM_ITERATIONS} iterations)", "HiFi-GAN")
+    names = ("recordings", f"Griffin-Lim ({GRIFFIN_LIM_ITERATIONS} iterations)",
+             vocoder.generator.vocoder_name)
     scores = {name: {"l1": [], "mcd": [], "lsd": [], "errors": 0, "words": 0} for name in names}
     lead = d.win_length // 2
     seconds = 0.0
@@ -157,8 +163,8 @@ def quality(config, vocoder, items):
         lengths = tf.constant([frames], tf.int32)
         gl = griffin_lim(mel, lengths)[0][0].numpy()[lead:lead + len(samples)]
         gl = np.pad(gl, (0, len(samples) - len(gl)))
-        hifigan = vocoder(mel, lengths)[0][0].numpy()
-        for name, audio in zip(names, (samples, gl, hifigan)):
+        neural = vocoder(mel, lengths)[0][0].numpy()
+        for name, audio in zip(names, (samples, gl, neural)):
             own = log_mel(audio[None].astype(np.float32))[0, :frames].numpy()
             score = scores[name]
             score["l1"].append(float(np.mean(np.abs(own - mel[0].numpy()))))
@@ -186,7 +192,7 @@ def main():
     p.add_argument("--config", default=os.path.join(REPO, "configs", "vocoder_quick.yaml"),
                    help="Features and preset for --train-step and speed (default: the CPU "
                         "recipe); --quality uses the vocoder run's own config.yaml.")
-    p.add_argument("--presets", default="tiny,small,full")
+    p.add_argument("--presets", default="tiny,small,full,vocos")
     p.add_argument("--seconds", type=float, default=4.0, help="Audio length for the speed test.")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-speed", action="store_true")

@@ -195,12 +195,19 @@ class TrainingConfig:
 
 @dataclasses.dataclass
 class VocoderConfig:
-    """The HiFi-GAN vocoder stage (`train_main.py --stage vocoder`, docs/vocoder.md). It uses the
+    """The vocoder stage (`train_main.py --stage vocoder`, docs/vocoder.md). It uses the
     data section's audio features and the training section's run settings (checkpoint_dir,
     max_steps, epochs, precision, xla, checkpoint/validation/log intervals, seed)."""
 
+    generator: str = _f("hifigan", "hifigan (transposed-conv upsampling, sized by preset) | "
+                                   "vocos (frame-rate ConvNeXt blocks and an inverse STFT, "
+                                   "sized by vocos_channels and vocos_layers: the CPU "
+                                   "recipe's, docs/vocoder.md).")
     preset: str = _f("small", "Generator and discriminator size: tiny (CPU-trainable, ~0.1M "
-                              "generator parameters) | small (HiFi-GAN V2-like) | full (V1-like).")
+                              "generator parameters) | small (HiFi-GAN V2-like) | full (V1-like). "
+                              "With generator vocos it sizes the discriminators only.")
+    vocos_channels: int = _f(192, "Width of the vocos generator's ConvNeXt blocks.")
+    vocos_layers: int = _f(6, "ConvNeXt blocks of the vocos generator.")
     upsample_rates: List[int] = _f([], "Transposed-conv upsampling factors; their product must "
                                        "equal data.hop_length. Empty = derived from the hop "
                                        "(8, 8, 2, 2 for 256).")
@@ -218,6 +225,13 @@ class VocoderConfig:
                                       "natural-log units as in the HiFi-GAN paper (the log10 "
                                       "mel L1 that is logged times ln 10).")
     feature_matching_weight: float = _f(2.0, "Weight of the discriminator feature-matching loss.")
+    stft_loss_weight: float = _f(0.0, "Weight of the multi-resolution STFT loss (Parallel "
+                                      "WaveGAN: spectral convergence + log-magnitude L1, mean "
+                                      "over stft_resolutions); 0 = off, as in HiFi-GAN.")
+    stft_resolutions: List[List[int]] = _f([[512, 50, 240], [1024, 120, 600],
+                                            [2048, 240, 1200]],
+                                           "[n_fft, hop, window] of each STFT of the "
+                                           "multi-resolution STFT loss (Parallel WaveGAN's).")
     generator_warmup_steps: int = _f(0, "Generator-only steps (mel loss alone, no "
                                         "discriminators) before adversarial training starts.")
     mpd_periods: List[int] = _f([2, 3, 5, 7, 11], "Periods of the multi-period discriminator.")
@@ -381,6 +395,13 @@ class XTTSConfig:
         v = self.vocoder
         need(v.preset in ("tiny", "small", "full"), "vocoder.preset",
              "must be tiny, small or full.")
+        need(v.generator in ("hifigan", "vocos"), "vocoder.generator",
+             "must be hifigan or vocos.")
+        need(v.generator != "vocos" or d.n_fft >= 2 * d.hop_length, "vocoder.generator",
+             f"vocos needs data.n_fft >= 2 x data.hop_length for its inverse STFT (n_fft "
+             f"{d.n_fft}, hop {d.hop_length}); use hifigan with these features.")
+        need(v.vocos_channels >= 1 and v.vocos_layers >= 1, "vocoder.vocos_channels",
+             "and vocoder.vocos_layers must be >= 1.")
         rates = list(v.upsample_rates)
         need(not rates or (all(r > 0 for r in rates) and math.prod(rates) == d.hop_length),
              "vocoder.upsample_rates", f"{rates} must be positive and multiply to "
@@ -395,6 +416,13 @@ class XTTSConfig:
         need(len(v.mpd_periods) > 0 and all(p >= 2 for p in v.mpd_periods), "vocoder.mpd_periods",
              "must list periods >= 2.")
         need(v.val_clip_seconds > 0, "vocoder.val_clip_seconds", "must be positive.")
+        need(v.stft_loss_weight >= 0, "vocoder.stft_loss_weight", "must be >= 0 (0 = off).")
+        segment = v.segment_frames * d.hop_length
+        need(all(len(r) == 3 and 0 < r[1] <= r[2] <= r[0] <= segment
+                 for r in v.stft_resolutions) and (v.stft_resolutions or not v.stft_loss_weight),
+             "vocoder.stft_resolutions", f"{v.stft_resolutions} must list [n_fft, hop, window] "
+             f"triples with 0 < hop <= window <= n_fft <= the segment "
+             f"(segment_frames x hop_length = {segment} samples).")
 
 
 def _type_name(tp) -> str:

@@ -2,7 +2,7 @@
 
     python -m myxtts.export --checkpoint-dir runs/tiny --export-dir models/myxtts
     python -m myxtts.export --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder \
-        --export-dir models/myxtts          # HiFi-GAN audio + a `vocode` signature
+        --export-dir models/myxtts          # vocoder audio + a `vocode` signature
     myxtts-export --checkpoint-dir runs/tiny --export-dir models/myxtts --checkpoint best
 
 Writes models/myxtts/<max existing version + 1>/ and adds/updates "myxtts" in
@@ -39,9 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations in the exported graph (without --vocoder-dir).")
     p.add_argument("--vocoder-dir", default=None,
-                   help="A HiFi-GAN vocoder checkpoint directory (train_main.py --stage "
-                        "vocoder): serving_default then returns its waveform, and a 'vocode' "
-                        "signature (mel in, waveform out) is added. Default: Griffin-Lim.")
+                   help="A vocoder (HiFi-GAN or Vocos) checkpoint directory (train_main.py "
+                        "--stage vocoder): serving_default then returns its waveform, and a "
+                        "'vocode' signature (mel in, waveform out) is added. Default: "
+                        "Griffin-Lim.")
     p.add_argument("--vocoder-checkpoint", default=None,
                    help="Which vocoder checkpoint: 'best' or a prefix. Default: the latest.")
     p.add_argument("--verbose", action="store_true",

@@ -5,7 +5,7 @@
     myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio speaker.ogg \
         --text-file lines.txt --language de --output out/ --save-mel
     python -m myxtts.synthesize --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder ...
-        (HiFi-GAN instead of the Griffin-Lim fallback; docs/vocoder.md)
+        (HiFi-GAN or Vocos instead of the Griffin-Lim fallback; docs/vocoder.md)
 
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
 vocabulary, unreadable reference audio) are printed as one paragraph, without a traceback, and
@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true",
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
     p.add_argument("--vocoder-dir", default=None,
-                   help="A HiFi-GAN vocoder checkpoint directory (train_main.py --stage "
-                        "vocoder); default: Griffin-Lim. The log says which one ran.")
+                   help="A vocoder (HiFi-GAN or Vocos) checkpoint directory (train_main.py "
+                        "--stage vocoder); default: Griffin-Lim. The log says which one ran.")
     p.add_argument("--vocoder-checkpoint", default=None,
                    help="Which vocoder checkpoint: 'best' or a prefix such as ckpt-2000. "
                         "Default: the latest in --vocoder-dir.")

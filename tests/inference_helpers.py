@@ -55,21 +55,24 @@ def make_checkpoint(checkpoint_dir: str, step: int = 1):
 _SHARED_VOCODER = {}
 
 
-def shared_vocoder_checkpoint():
-    """(directory, generator weights) of a tiny-preset vocoder checkpoint written by the real
-    VocoderTrainer (generator weights moved off their initial values, no training steps). One
-    per test process, shared by the synthesis and export tests, which only read it (building
-    the vocoder trainer costs seconds); removed at exit."""
-    if not _SHARED_VOCODER:
+def shared_vocoder_checkpoint(generator: str = "hifigan"):
+    """(directory, generator weights) of a tiny vocoder checkpoint (vocoder.generator =
+    `generator`) written by the real VocoderTrainer (generator weights moved off their initial
+    values, no training steps). One per generator and test process, shared by the synthesis and
+    export tests, which only read it (building the vocoder trainer costs seconds); removed at
+    exit."""
+    if generator not in _SHARED_VOCODER:
         # pylint: disable=import-outside-toplevel
         from myxtts.training.vocoder_trainer import VocoderTrainer
         directory = os.path.join(tempfile.mkdtemp(prefix="myxtts-vocoder-"), "vocoder")
         atexit.register(shutil.rmtree, os.path.dirname(directory), True)
-        trainer = VocoderTrainer(tiny_inference_config(directory), model_device="/CPU:0")
+        config = tiny_inference_config(directory).override({"vocoder.generator": generator},
+                                                           source="test")
+        trainer = VocoderTrainer(config, model_device="/CPU:0")
         rng = np.random.default_rng(100)
         for variable in trainer.generator.trainable_variables:
             variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
         trainer.step.step.assign(1)
         trainer.checkpoints.save(1)
-        _SHARED_VOCODER["value"] = (directory, trainer.generator.get_weights())
-    return _SHARED_VOCODER["value"]
+        _SHARED_VOCODER[generator] = (directory, trainer.generator.get_weights())
+    return _SHARED_VOCODER[generator]

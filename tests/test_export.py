@@ -248,6 +248,33 @@ class ExportRoundTripTest(unittest.TestCase):
                 expected, _ = vocoder(out[f"{name}/mel"], out[f"{name}/mel_lengths"])
                 np.testing.assert_allclose(out[f"{name}/waveform"], expected.numpy(), atol=1e-5)
 
+    def test_fresh_process_runs_the_vocode_signature_with_vocos(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint("vocos")
+        with self.assertLogs("myxtts.inference", "INFO") as logs:
+            result = export_saved_model(self.checkpoint_dir,
+                                        os.path.join(self.tmp, "vocos", "myxtts"),
+                                        max_decoder_steps=MAX_DECODER_STEPS,
+                                        vocoder_dir=vocoder_dir)
+        self.assertTrue(any("Vocoder: Vocos" in line for line in logs.output), logs.output)
+        rng = np.random.default_rng(4)
+        mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
+        lengths = np.array([20, 13], np.int32)
+        inputs = {**self._inputs(), "vocode/mel": mel, "vocode/mel_lengths": lengths}
+        inputs_path = os.path.join(self.tmp, "vocos-inputs.npz")
+        outputs_path = os.path.join(self.tmp, "vocos-outputs.npz")
+        np.savez(inputs_path, **inputs)
+        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), result.path,
+                     inputs_path, outputs_path], cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertFalse(json.loads(done.stdout.strip().splitlines()[-1])["myxtts_imported"])
+        out = np.load(outputs_path, allow_pickle=False)
+        waveform, _ = load_vocoder(vocoder_dir)(mel, lengths)
+        np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
+        np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
+        self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
+        np.testing.assert_array_equal(out["serving_default/waveform_lengths"],
+                                      out["serving_default/mel_lengths"] * 256)
+
     def test_new_exports_take_the_next_version_and_never_overwrite(self):
         export_dir = os.path.join(self.tmp, "versions", "myxtts")
         shutil.copytree(self.result.path, os.path.join(export_dir, "1"))

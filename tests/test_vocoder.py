@@ -51,6 +51,42 @@ class GeneratorTest(unittest.TestCase):
                 self.assertEqual(len([n for n in saved if n.startswith(f"{name}/")]),
                                  len(model.weights))
 
+    def test_vocos_output_length_is_frames_times_hop(self):
+        from myxtts.vocoder.generator import build_generator
+        for n_fft, hop in ((512, 256), (1024, 300)):
+            with self.subTest(n_fft=n_fft, hop=hop):
+                config = tiny(**{"vocoder.generator": "vocos", "data.n_fft": n_fft,
+                                 "data.win_length": n_fft, "data.hop_length": hop})
+                generator = build_generator(config)
+                self.assertEqual(generator.vocoder_name, "Vocos")
+                for frames in (1, 3, 16):
+                    audio = generator(tf.zeros([2, frames, config.data.n_mels]))
+                    self.assertEqual(audio.shape, (2, frames * hop))
+                    self.assertEqual(audio.dtype, tf.float32)
+
+    def test_vocos_inverse_stft_inverts_a_centred_stft(self):
+        """The head's spectrum goes through the inverse of a centred, Hann-windowed STFT (frame
+        i centred on sample i * hop): exact where frames overlap, i.e. all but the last hop,
+        which fades instead of blowing up where only one frame's window edge covers it."""
+        from myxtts.vocoder.vocos import VocosGenerator
+        for n_fft, hop, win in ((1024, 256, 1024), (1024, 256, 800), (512, 256, 512)):
+            with self.subTest(n_fft=n_fft, hop=hop, win=win):
+                generator = VocosGenerator(80, n_fft, hop, win, channels=8, layers=1)
+                window = generator._window  # pylint: disable=protected-access
+                audio = np.random.default_rng(0).normal(size=[2, 20 * hop]).astype(np.float32)
+                frames = tf.signal.frame(tf.pad(audio, [[0, 0], [n_fft // 2, n_fft // 2]]),
+                                         n_fft, hop)[:, :20]
+                spectrum = tf.signal.rfft(frames * window)
+                restored = generator._inverse_stft(spectrum).numpy()  # pylint: disable=W0212
+                self.assertEqual(restored.shape, audio.shape)
+                np.testing.assert_allclose(restored[:, :19 * hop], audio[:, :19 * hop],
+                                           atol=1e-5)
+                self.assertLessEqual(np.abs(restored).max(), np.abs(audio).max() + 1e-5)
+
+    def test_vocos_needs_an_fft_of_at_least_two_hops(self):
+        with self.assertRaisesRegex(ConfigError, r"vocoder.generator.*n_fft >= 2 x"):
+            tiny(**{"vocoder.generator": "vocos", "data.hop_length": 300})
+
     def test_upsample_rates_must_multiply_to_the_hop(self):
         with self.assertRaisesRegex(ConfigError, r"vocoder.upsample_rates .* data.hop_length"):
             tiny(**{"vocoder.upsample_rates": [8, 8, 2]})
@@ -149,6 +185,14 @@ out["variables"] = devices(trainer.variables + [trainer.step.step, trainer.epoch
                                                 trainer.best_val_loss])
 out["n_variables"] = len(trainer.variables)
 
+# The Vocos generator trains through the same step, on the same device.
+vocos = VocoderTrainer(config("vocos", **{"vocoder.generator": "vocos"}),
+                       model_device=plan.model_device)
+out["vocos_mel"] = [float(vocos.step(batch, adversarial=False)["mel"]) for _ in range(10)]
+vocos_gan = vocos.step(batch, adversarial=True)
+out["vocos_variables"] = devices(vocos.variables)
+out["vocos_outputs"] = devices(list(vocos_gan.values()))
+
 # fit(): the feeder loop, validation at step 12 (best/, TensorBoard audio), and a real SIGTERM
 # sent during that validation: the next step finishes, saves and stops.
 validate = trainer.validate
@@ -244,13 +288,19 @@ class TrainingOnTwoDevicesTest(unittest.TestCase):
         self.assertEqual(self.r["iterations_after_gan"], [11, 1])
 
     def test_a_few_generator_steps_on_one_clip_lower_the_mel_loss(self):
-        losses = self.r["warmup_mel"]
-        self.assertLess(np.mean(losses[-3:]), 0.8 * np.mean(losses[:3]), losses)
+        for generator in ("warmup_mel", "vocos_mel"):
+            with self.subTest(generator=generator):
+                losses = self.r[generator]
+                self.assertLess(np.mean(losses[-3:]), 0.8 * np.mean(losses[:3]), losses)
+
+    def test_vocos_generator_steps_keep_everything_on_the_model_device(self):
+        self.assert_on_model_device(self.r["vocos_variables"])
+        self.assert_on_model_device(self.r["vocos_outputs"])
 
     def test_sigterm_saves_validation_keeps_best_and_tensorboard_audio(self):
         self.assertEqual(self.r["fit"], [13, "signal SIGTERM", "ckpt-13"])
         self.assertIn("checkpoint", self.r["best"])
-        for tag in ("loss/objective", "audio/clip0_hifigan", "audio/clip0_recording",
+        for tag in ("loss/objective", "audio/clip0_vocoder", "audio/clip0_recording",
                     "mel/generated"):
             self.assertIn(tag, self.r["val_tags"])
         self.assertEqual(self.r["model_info"]["stage"], "vocoder")

@@ -62,7 +62,7 @@ class Synthesizer:
 
     def __init__(self, loaded: LoadedCheckpoint, max_decoder_steps: Optional[int] = None,
                  griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS, vocoder=None):
-        """`vocoder`: a myxtts.inference.vocoding.HiFiGANVocoder (load_vocoder); None =
+        """`vocoder`: a myxtts.inference.vocoding.NeuralVocoder (load_vocoder); None =
         Griffin-Lim."""
         self.loaded = loaded
         self.config = loaded.config

@@ -1,10 +1,10 @@
 """Batched mel → waveform for synthesis and serving, the same ops in both.
 
 With a trained vocoder (`--vocoder-dir V`, a `train_main.py --stage vocoder` checkpoint
-directory) the waveform comes from its HiFi-GAN generator (`load_vocoder`); without one, from
-Griffin-Lim (myxtts.inference.griffin_lim, tf.signal): intelligible but phasey audio. Both have
-the same call signature, and `describe()` says in the logs of the synthesis CLI and the exporter
-which one ran.
+directory) the waveform comes from its generator (HiFi-GAN or Vocos, `load_vocoder`); without
+one, from Griffin-Lim (myxtts.inference.griffin_lim, tf.signal): intelligible but phasey audio.
+Both have the same call signature, and `describe()` says in the logs of the synthesis CLI and
+the exporter which one ran.
 """
 
 from __future__ import annotations
@@ -82,12 +82,13 @@ FEATURE_FIELDS = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", 
                   "mel_floor")
 
 
-class HiFiGANVocoder:
-    """A trained HiFi-GAN generator with GriffinLimVocoder's call signature: `vocoder(mel [B, T,
-    n_mels] log10, mel_lengths [B]) -> (waveform [B, T * hop], waveform_lengths = mel_lengths *
-    hop)`; samples past an item's length are 0. Item b of a batch equals the vocoding of
-    mel[b, :mel_lengths[b]] up to the generator's receptive field at the end (padding frames
-    are set to log10(mel_floor), silence)."""
+class NeuralVocoder:
+    """A trained generator (HiFi-GAN or Vocos, myxtts.vocoder) with GriffinLimVocoder's call
+    signature: `vocoder(mel [B, T, n_mels] log10, mel_lengths [B]) -> (waveform [B, T * hop],
+    waveform_lengths = mel_lengths * hop)`, clipped to [-1, 1]; samples past an item's length
+    are 0. Item b of a batch equals the vocoding of mel[b, :mel_lengths[b]] up to the
+    generator's receptive field at the end (padding frames are set to log10(mel_floor),
+    silence)."""
 
     def __init__(self, generator, data_config, checkpoint_path: str = ""):
         self.generator = generator
@@ -96,24 +97,24 @@ class HiFiGANVocoder:
         self.checkpoint_path = checkpoint_path
 
     def describe(self) -> str:
-        return (f"Vocoder: HiFi-GAN {self.checkpoint_path} (upsampling "
-                f"{'x'.join(map(str, self.generator.upsample_rates))}, "
-                f"{self.generator.count_params():,} parameters).")
+        return (f"Vocoder: {self.generator.vocoder_name} {self.checkpoint_path} "
+                f"({self.generator.describe()}, {self.generator.count_params():,} parameters).")
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
-        waveform = self.generator(floored, training=False)
+        # Vocos's inverse STFT is not bounded like HiFi-GAN's tanh: clip to the sample range.
+        waveform = tf.clip_by_value(self.generator(floored, training=False), -1.0, 1.0)
         lengths = mel_lengths * self.hop
         return zero_past_lengths(waveform, lengths), lengths
 
 
 def load_vocoder(directory: str, data_config=None,
-                 checkpoint: Optional[str] = None) -> HiFiGANVocoder:
+                 checkpoint: Optional[str] = None) -> NeuralVocoder:
     """The generator of vocoder checkpoint directory `directory` (its config.yaml and latest
     ckpt-N; `checkpoint` "best" → best/, or a prefix), in float32. With `data_config` (the
     acoustic model's), raises VocoderError when the two were trained on different features."""
     # pylint: disable=import-outside-toplevel  (keeps this module light for Griffin-Lim users)
-    from myxtts.vocoder.generator import HiFiGANGenerator
+    from myxtts.vocoder.generator import build_generator
     config_path = os.path.join(directory, "config.yaml")
     if not os.path.isfile(config_path):
         raise VocoderError(f"--vocoder-dir {directory} has no config.yaml: pass the "
@@ -129,7 +130,7 @@ def load_vocoder(directory: str, data_config=None,
                            f"vocoder --checkpoint-dir {directory}.")
     names = {name for name, _ in tf.train.list_variables(path)}
     if not any(name.startswith("generator/") for name in names):
-        raise VocoderError(f"--vocoder-dir {directory}: {path} holds no HiFi-GAN generator (is "
+        raise VocoderError(f"--vocoder-dir {directory}: {path} holds no vocoder generator (is "
                            f"it an acoustic-model checkpoint? Pass it as --checkpoint-dir and the "
                            f"vocoder's directory as --vocoder-dir).")
     if data_config is not None:
@@ -141,12 +142,13 @@ def load_vocoder(directory: str, data_config=None,
                                f"than the acoustic model: {'; '.join(mismatch)}. Train the "
                                f"vocoder with the acoustic model's data section.")
     keras.mixed_precision.set_global_policy("float32")
-    generator = HiFiGANGenerator.from_config(config)
+    generator = build_generator(config)
     try:
         tf.train.Checkpoint(generator=generator).restore(path).expect_partial() \
             .assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
         raise VocoderError(f"--vocoder-dir {directory}: {path} does not fit the generator its "
                            f"config.yaml describes ({str(e).splitlines()[0][:200]}).") from None
-    logger.info("Loaded the HiFi-GAN vocoder %s (generator weights only).", path)
-    return HiFiGANVocoder(generator, config.data, path)
+    logger.info("Loaded the %s vocoder %s (generator weights only).", generator.vocoder_name,
+                path)
+    return NeuralVocoder(generator, config.data, path)

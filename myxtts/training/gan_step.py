@@ -24,7 +24,7 @@ from myxtts.vocoder import losses
 
 # HiFi-GAN uses torch.optim.AdamW with its default weight decay.
 WEIGHT_DECAY = 0.01
-LOSS_NAMES = ("total", "mel", "adversarial", "feature_matching", "discriminator")
+LOSS_NAMES = ("total", "mel", "stft", "adversarial", "feature_matching", "discriminator")
 
 
 def build_gan_optimizer(vocoder_config, models: List[keras.Model], loss_scaling: bool):
@@ -143,6 +143,10 @@ class GANStep:
                         self.disc.apply(d_tape.gradient(d_scaled, self.disc.variables))
                 mel_loss = losses.mel_l1(self.log_mel, fake, target)
                 total = self.config.mel_loss_weight * losses.LN10 * mel_loss
+                stft = zero
+                if self.config.stft_loss_weight:
+                    stft = losses.stft_loss(fake, audio, self.config.stft_resolutions)
+                    total = total + self.config.stft_loss_weight * stft
                 adv = fm = zero
                 if adversarial:
                     real_out = self._discriminate(audio)
@@ -153,13 +157,13 @@ class GANStep:
                 g_scaled = self.gen.scale(total)
             self.gen.apply(g_tape.gradient(g_scaled, self.gen.variables))
             self.step.assign_add(1)
-            values = {"total": total, "mel": mel_loss, "adversarial": adv,
+            values = {"total": total, "mel": mel_loss, "stft": stft, "adversarial": adv,
                       "feature_matching": fm, "discriminator": d_loss}
             if adversarial:
                 for name, metric in self.loss_metrics.items():
                     metric.update_state(values[name])
             else:
-                for name in ("total", "mel"):
+                for name in ("total", "mel", "stft"):
                     self.loss_metrics[name].update_state(values[name])
             consecutive = tf.maximum(self.gen.nonfinite_consecutive.read_value(),
                                      self.disc.nonfinite_consecutive.read_value())

@@ -29,7 +29,7 @@ from myxtts.training.checkpoints import CheckpointError, CheckpointStore, resolv
 from myxtts.training.gan_step import GANStep
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.vocoder.discriminators import MultiPeriodDiscriminator, MultiScaleDiscriminator
-from myxtts.vocoder.generator import PRESETS, HiFiGANGenerator
+from myxtts.vocoder.generator import PRESETS, build_generator
 
 logger = logging.getLogger("myxtts.training")
 
@@ -48,9 +48,10 @@ class VocoderTrainer(Trainer):
         self._recordings_logged = False
         preset = PRESETS[v.preset]
         with tf.device(self.model_device):
-            logger.info("Creating the %s HiFi-GAN vocoder on device: %s", v.preset,
-                        self.model_device)
-            self.generator = HiFiGANGenerator.from_config(config)
+            logger.info("Creating the %s vocoder (%s discriminators) on device: %s",
+                        v.generator if v.generator == "vocos" else f"{v.preset} HiFi-GAN",
+                        v.preset, self.model_device)
+            self.generator = build_generator(config)
             self.mpd = MultiPeriodDiscriminator(v.mpd_periods, preset.discriminator_width)
             self.msd = MultiScaleDiscriminator(v.msd_scales, preset.discriminator_width,
                                                preset.grouped_msd)
@@ -88,10 +89,10 @@ class VocoderTrainer(Trainer):
                 *self.step.gen.optimizer.variables, *self.step.disc.optimizer.variables]
 
     def _log_placement(self) -> None:
-        logger.info("Vocoder: generator %s parameters (upsampling %s), multi-period "
+        logger.info("Vocoder: generator %s parameters (%s), multi-period "
                     "discriminator %s, multi-scale discriminator %s; two %s optimizers with "
                     "%d variables; all on %s", self._parameters(self.generator),
-                    "x".join(map(str, self.generator.upsample_rates)),
+                    self.generator.describe(),
                     self._parameters(self.mpd), self._parameters(self.msd),
                     type(self.step.gen.optimizer).__name__,
                     len(self.step.gen.optimizer.variables) +
@@ -187,7 +188,7 @@ class VocoderTrainer(Trainer):
             n = int(lengths[0])
             images = {"mel/target": clips["mel"][0, :n].numpy().T,
                       "mel/generated": generated[0, :n].numpy().T}
-            sounds = {f"audio/clip{i}_hifigan": audio[i, :int(k) * hop].numpy()
+            sounds = {f"audio/clip{i}_vocoder": audio[i, :int(k) * hop].numpy()
                       for i, k in enumerate(lengths)}
             if not self._recordings_logged:  # the references, once per run
                 self._recordings_logged = True

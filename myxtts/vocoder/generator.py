@@ -122,6 +122,11 @@ class HiFiGANGenerator(keras.Model):
         rates = list(v.upsample_rates) or upsample_rates_for(d.hop_length)
         return cls(d.n_mels, rates, v.preset, v.upsample_initial_channel)
 
+    vocoder_name = "HiFi-GAN"
+
+    def describe(self) -> str:
+        return "upsampling " + "x".join(map(str, self.upsample_rates))
+
     def call(self, mel):
         x = self.conv_pre(mel)
         for up, blocks in zip(self.ups, self.mrfs):
@@ -130,3 +135,12 @@ class HiFiGANGenerator(keras.Model):
         # PyTorch's default LeakyReLU slope (0.01) before the output conv, as in the paper's code
         x = self.conv_post(tf.nn.leaky_relu(x, 0.01))
         return tf.cast(tf.tanh(x)[..., 0], tf.float32)
+
+
+def build_generator(config) -> keras.Model:
+    """The generator vocoder.generator names (hifigan: this module's; vocos: myxtts.vocoder.vocos),
+    built under the caller's device scope."""
+    if config.vocoder.generator == "vocos":
+        from myxtts.vocoder.vocos import VocosGenerator  # pylint: disable=import-outside-toplevel
+        return VocosGenerator.from_config(config)
+    return HiFiGANGenerator.from_config(config)

@@ -1,6 +1,8 @@
 """HiFi-GAN losses: least-squares GAN, feature matching, and L1 on the log-mel of the generated
 waveform, computed with the project's own featurizer (myxtts.data.audio.LogMel) so the vocoder is
-trained on exactly the features the acoustic model predicts.
+trained on exactly the features the acoustic model predicts; optionally the multi-resolution STFT
+loss of Parallel WaveGAN (Yamamoto et al., 2020), which compares the linear spectra (the detail
+inside each mel band) at several time-frequency resolutions.
 
 All functions take float32 tensors and return float32 scalars (sums over sub-discriminators, as
 in the paper's code).
@@ -40,3 +42,21 @@ def mel_l1(log_mel, audio: tf.Tensor, target_mel: tf.Tensor) -> tf.Tensor:
     generator loss multiplies it by ln 10, see vocoder.mel_loss_weight)."""
     frames = tf.shape(target_mel)[1]
     return tf.reduce_mean(tf.abs(log_mel(audio)[:, :frames] - target_mel))
+
+
+def stft_loss(fake: tf.Tensor, real: tf.Tensor, resolutions) -> tf.Tensor:
+    """Multi-resolution STFT loss: mean over `resolutions` [(n_fft, hop, window), ...] of the
+    spectral convergence ||S(y) - S(ŷ)||_F / ||S(y)||_F plus mean |ln S(y) - ln S(ŷ)|, S being
+    STFT magnitudes."""
+    terms = []
+    for n_fft, hop, window in resolutions:
+        def magnitude(x, n_fft=n_fft, hop=hop, window=window):
+            spec = tf.signal.stft(tf.cast(x, tf.float32), window, hop, n_fft)
+            return tf.sqrt(tf.maximum(tf.square(tf.math.real(spec)) +
+                                      tf.square(tf.math.imag(spec)), 1e-7))
+        fake_magnitude, real_magnitude = magnitude(fake), magnitude(real)
+        convergence = (tf.norm(real_magnitude - fake_magnitude, ord="fro", axis=[-2, -1]) /
+                       tf.norm(real_magnitude, ord="fro", axis=[-2, -1]))
+        terms.append(tf.reduce_mean(convergence) + tf.reduce_mean(
+            tf.abs(tf.math.log(real_magnitude) - tf.math.log(fake_magnitude))))
+    return tf.add_n(terms) / float(len(terms))

@@ -1,0 +1,128 @@
+"""Frame-rate generator with an inverse-STFT output (Vocos, Siuzdak 2023): log10 mel
+[B, T, n_mels] → waveform [B, T * hop].
+
+    generator = VocosGenerator.from_config(config)   # weights built here (device scope!)
+    audio = generator(mel)                           # float32 [B, T * hop_length]
+
+A 7-wide input convolution and `vocoder.vocos_layers` ConvNeXt blocks (depthwise 7-wide
+convolution, LayerNorm, pointwise 3x expansion with GELU, pointwise projection, learned
+per-channel layer scale, residual) run at the mel frame rate; a linear head predicts, per frame,
+the log-magnitude and the phase of every bin of a data.n_fft-point STFT. The waveform is their
+inverse STFT: each frame's inverse FFT times a Hann window of data.win_length, overlap-added
+every hop_length samples and divided by the summed squared windows (an exact inverse of the
+featurizer's STFT wherever frames overlap enough; see `_envelope_floor`).
+Frame i is centred on sample i * hop, like the featurizer's centred STFT, so T frames give
+exactly T * hop samples.
+
+All convolutions run T times per second of audio instead of up to 16000 (HiFi-GAN's last
+stages), and the harmonics of the voice are STFT bins the head sets directly rather than a
+periodic signal the upsampling stack has to learn to make: the generator of the CPU recipe
+(docs/vocoder.md). Trained with the same discriminators and losses as HiFi-GAN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from myxtts.models.layers import indexed
+
+# Vocos clips the predicted magnitude at 1e2 (exp of the log-magnitude) against overflow.
+MAX_LOG_MAGNITUDE = math.log(1e2)
+
+
+def _init():
+    return keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+class ConvNeXtBlock(keras.layers.Layer):
+    def __init__(self, channels: int, layer_scale: float, **kwargs):
+        super().__init__(**kwargs)
+        self.channels, self.layer_scale = channels, layer_scale
+        self.depthwise = keras.layers.DepthwiseConv1D(7, padding="same",
+                                                      depthwise_initializer=_init(),
+                                                      name="depthwise")
+        self.norm = keras.layers.LayerNormalization(epsilon=1e-6, name="norm")
+        self.expand = keras.layers.Dense(3 * channels, activation="gelu",
+                                         kernel_initializer=_init(), name="expand")
+        self.project = keras.layers.Dense(channels, kernel_initializer=_init(), name="project")
+
+    def build(self, input_shape=None):
+        self.depthwise.build((None, None, self.channels))
+        self.norm.build((None, None, self.channels))
+        self.expand.build((None, None, self.channels))
+        self.project.build((None, None, 3 * self.channels))
+        self.scale = self.add_weight(shape=(self.channels,), name="layer_scale",
+                                     initializer=keras.initializers.Constant(self.layer_scale))
+        self.built = True
+
+    def call(self, x):
+        y = self.project(self.expand(self.norm(self.depthwise(x))))
+        return x + tf.cast(self.scale, y.dtype) * y
+
+
+class VocosGenerator(keras.Model):
+    def __init__(self, n_mels: int, n_fft: int, hop_length: int, win_length: int,
+                 channels: int = 192, layers: int = 6, **kwargs):
+        kwargs.setdefault("name", "vocos_generator")
+        super().__init__(**kwargs)
+        if n_fft < 2 * hop_length or win_length > n_fft:
+            raise ValueError(f"the inverse STFT needs n_fft >= 2 * hop_length and win_length <= "
+                             f"n_fft (got n_fft {n_fft}, hop {hop_length}, win {win_length})")
+        self.n_mels, self.n_fft = n_mels, n_fft
+        self.hop_length, self.win_length = hop_length, win_length
+        self.conv_pre = keras.layers.Conv1D(channels, 7, padding="same",
+                                            kernel_initializer=_init(), name="conv_pre")
+        self.norm_pre = keras.layers.LayerNormalization(epsilon=1e-6, name="norm_pre")
+        self.blocks = indexed(self, "block", [
+            ConvNeXtBlock(channels, 1.0 / layers, name=f"block_{i}") for i in range(layers)])
+        self.norm_post = keras.layers.LayerNormalization(epsilon=1e-6, name="norm_post")
+        # float32 under mixed precision: magnitudes are exponentiated, phases fed to cos/sin.
+        self.head = keras.layers.Dense(n_fft + 2, dtype="float32", kernel_initializer=_init(),
+                                       name="head")
+        window = np.hanning(win_length + 1)[:-1]  # periodic Hann
+        pad = (n_fft - win_length) // 2
+        window = np.pad(window, [pad, n_fft - win_length - pad])
+        self._window = tf.constant(window, tf.float32)
+        # Where fewer frames overlap (the last hop when n_fft < 4 hops) the summed squared
+        # windows fall towards 0; dividing by at least a tenth of their least steady-state value
+        # fades the edge instead of amplifying it, and is exact wherever they exceed that.
+        squared = np.pad(window ** 2, [0, -n_fft % hop_length]).reshape(-1, hop_length)
+        self._envelope_floor = 0.1 * float(squared.sum(axis=0).min())
+        self(tf.zeros([1, 1, n_mels]))  # build every weight now, under the caller's device
+
+    @classmethod
+    def from_config(cls, config) -> "VocosGenerator":  # pylint: disable=arguments-renamed
+        v, d = config.vocoder, config.data
+        return cls(d.n_mels, d.n_fft, d.hop_length, d.win_length, v.vocos_channels,
+                   v.vocos_layers)
+
+    vocoder_name = "Vocos"
+
+    def describe(self) -> str:
+        return f"inverse STFT n_fft {self.n_fft}, hop {self.hop_length}"
+
+    def call(self, mel):
+        x = self.norm_pre(self.conv_pre(mel))
+        for block in self.blocks:
+            x = block(x)
+        out = self.head(self.norm_post(x))
+        bins = self.n_fft // 2 + 1
+        magnitude = tf.exp(tf.minimum(out[..., :bins], MAX_LOG_MAGNITUDE))
+        phase = out[..., bins:]
+        spectrum = tf.complex(magnitude * tf.cos(phase), magnitude * tf.sin(phase))
+        return self._inverse_stft(spectrum)
+
+    def _inverse_stft(self, spectrum):
+        """[B, T, bins] complex → [B, T * hop] float32, frame i centred on sample i * hop."""
+        frames = tf.signal.irfft(spectrum, [self.n_fft]) * self._window
+        audio = tf.signal.overlap_and_add(frames, self.hop_length)
+        count = tf.shape(spectrum)[1]
+        envelope = tf.signal.overlap_and_add(
+            tf.tile(tf.square(self._window)[None], [count, 1]), self.hop_length)
+        audio = audio / tf.maximum(envelope, self._envelope_floor)
+        start = self.n_fft // 2
+        return audio[:, start:start + count * self.hop_length]
