@@ -418,8 +418,9 @@ class XTTSConfig:
         need(v.val_clip_seconds > 0, "vocoder.val_clip_seconds", "must be positive.")
         need(v.stft_loss_weight >= 0, "vocoder.stft_loss_weight", "must be >= 0 (0 = off).")
         segment = v.segment_frames * d.hop_length
-        need(all(len(r) == 3 and 0 < r[1] <= r[2] <= r[0] <= segment
-                 for r in v.stft_resolutions) and (v.stft_resolutions or not v.stft_loss_weight),
+        need(not v.stft_loss_weight or (v.stft_resolutions and all(
+                 len(r) == 3 and 0 < r[1] <= r[2] <= r[0] <= segment
+                 for r in v.stft_resolutions)),
              "vocoder.stft_resolutions", f"{v.stft_resolutions} must list [n_fft, hop, window] "
              f"triples with 0 < hop <= window <= n_fft <= the segment "
              f"(segment_frames x hop_length = {segment} samples).")

@@ -87,6 +87,18 @@ class GeneratorTest(unittest.TestCase):
         with self.assertRaisesRegex(ConfigError, r"vocoder.generator.*n_fft >= 2 x"):
             tiny(**{"vocoder.generator": "vocos", "data.hop_length": 300})
 
+    def test_stft_loss_is_zero_on_the_recording_and_grows_with_the_error(self):
+        from myxtts.vocoder.losses import stft_loss
+        resolutions = tiny().vocoder.stft_resolutions
+        rng = np.random.default_rng(0)
+        real = tf.constant(rng.normal(0, 0.1, (2, 4096)), tf.float32)
+        noise = tf.constant(rng.normal(0, 0.1, (2, 4096)), tf.float32)
+        losses = [float(stft_loss(real + scale * noise, real, resolutions))
+                  for scale in (0.0, 0.1, 1.0)]
+        self.assertAlmostEqual(losses[0], 0.0, places=6)
+        self.assertLess(losses[0], losses[1])
+        self.assertLess(losses[1], losses[2])
+
     def test_upsample_rates_must_multiply_to_the_hop(self):
         with self.assertRaisesRegex(ConfigError, r"vocoder.upsample_rates .* data.hop_length"):
             tiny(**{"vocoder.upsample_rates": [8, 8, 2]})
