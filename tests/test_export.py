@@ -207,73 +207,52 @@ class ExportRoundTripTest(unittest.TestCase):
                                               [(len(mel) - 1) * hop + win])
                 np.testing.assert_allclose(out[f"{name}/waveform"][0], waveform, atol=1e-3)
 
-    def test_fresh_process_runs_every_signature_with_hifigan(self):
-        vocoder_dir, _ = shared_vocoder_checkpoint()
+    def test_fresh_process_runs_every_signature_with_a_vocoder(self):
+        synth_mel = self.synth.synthesize(TEXT, "en", self.synth.speaker_latents_from_mel(
+            self.synth.reference_mel(REFERENCE_AUDIO)))[1]
+        for generator, name in (("hifigan", "HiFi-GAN"), ("vocos", "Vocos")):
+            with self.subTest(generator=generator):
+                self._check_vocoder_export(generator, name, synth_mel)
+
+    def _check_vocoder_export(self, generator, name, synth_mel):
+        vocoder_dir, _ = shared_vocoder_checkpoint(generator)
         with self.assertLogs("myxtts.inference", "INFO") as logs:
             result = export_saved_model(self.checkpoint_dir,
-                                        os.path.join(self.tmp, "hifigan", "myxtts"),
+                                        os.path.join(self.tmp, generator, "myxtts"),
                                         max_decoder_steps=MAX_DECODER_STEPS,
                                         vocoder_dir=vocoder_dir)
-        self.assertTrue(any("Vocoder: HiFi-GAN" in line for line in logs.output), logs.output)
+        self.assertTrue(any(f"Vocoder: {name}" in line for line in logs.output), logs.output)
         self.assertEqual(sorted(result.signatures), sorted([*SIGNATURES, "vocode"]))
         rng = np.random.default_rng(3)
         mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
         lengths = np.array([20, 13], np.int32)
         inputs = {**self._inputs(), "vocode/mel": mel, "vocode/mel_lengths": lengths}
-        inputs_path = os.path.join(self.tmp, "hifigan-inputs.npz")
-        outputs_path = os.path.join(self.tmp, "hifigan-outputs.npz")
+        inputs_path = os.path.join(self.tmp, f"{generator}-inputs.npz")
+        outputs_path = os.path.join(self.tmp, f"{generator}-outputs.npz")
         np.savez(inputs_path, **inputs)
         done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), result.path,
                      inputs_path, outputs_path], cwd=self.tmp)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertFalse(report["myxtts_imported"])
-        self.assertEqual(report["requests"], {name: [] for name in [*SIGNATURES, "vocode"]})
+        self.assertEqual(report["requests"], {s: [] for s in [*SIGNATURES, "vocode"]})
         out = np.load(outputs_path, allow_pickle=False)
 
         vocoder = load_vocoder(vocoder_dir)
-        waveform, waveform_lengths = vocoder(mel, lengths)
+        waveform, _ = vocoder(mel, lengths)
         np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
         np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
         self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
-        # The synthesis signatures: the acoustic model's mel (as with Griffin-Lim), HiFi-GAN's
-        # audio.
-        synth_mel = self.synth.synthesize(TEXT, "en", self.synth.speaker_latents_from_mel(
-            self.synth.reference_mel(REFERENCE_AUDIO)))[1]
-        for name in ("serving_default", "synthesize_latents", "synthesize_tokens"):
-            with self.subTest(signature=name):
-                np.testing.assert_allclose(out[f"{name}/mel"][0], synth_mel, atol=1e-4)
-                np.testing.assert_array_equal(out[f"{name}/waveform_lengths"],
+        # The synthesis signatures: the acoustic model's mel (as with Griffin-Lim), the
+        # vocoder's audio.
+        for signature in ("serving_default", "synthesize_latents", "synthesize_tokens"):
+            with self.subTest(signature=signature):
+                np.testing.assert_allclose(out[f"{signature}/mel"][0], synth_mel, atol=1e-4)
+                np.testing.assert_array_equal(out[f"{signature}/waveform_lengths"],
                                               [len(synth_mel) * 256])
-                expected, _ = vocoder(out[f"{name}/mel"], out[f"{name}/mel_lengths"])
-                np.testing.assert_allclose(out[f"{name}/waveform"], expected.numpy(), atol=1e-5)
-
-    def test_fresh_process_runs_the_vocode_signature_with_vocos(self):
-        vocoder_dir, _ = shared_vocoder_checkpoint("vocos")
-        with self.assertLogs("myxtts.inference", "INFO") as logs:
-            result = export_saved_model(self.checkpoint_dir,
-                                        os.path.join(self.tmp, "vocos", "myxtts"),
-                                        max_decoder_steps=MAX_DECODER_STEPS,
-                                        vocoder_dir=vocoder_dir)
-        self.assertTrue(any("Vocoder: Vocos" in line for line in logs.output), logs.output)
-        rng = np.random.default_rng(4)
-        mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
-        lengths = np.array([20, 13], np.int32)
-        inputs = {**self._inputs(), "vocode/mel": mel, "vocode/mel_lengths": lengths}
-        inputs_path = os.path.join(self.tmp, "vocos-inputs.npz")
-        outputs_path = os.path.join(self.tmp, "vocos-outputs.npz")
-        np.savez(inputs_path, **inputs)
-        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), result.path,
-                     inputs_path, outputs_path], cwd=self.tmp)
-        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-        self.assertFalse(json.loads(done.stdout.strip().splitlines()[-1])["myxtts_imported"])
-        out = np.load(outputs_path, allow_pickle=False)
-        waveform, _ = load_vocoder(vocoder_dir)(mel, lengths)
-        np.testing.assert_array_equal(out["vocode/waveform_lengths"], lengths * 256)
-        np.testing.assert_allclose(out["vocode/waveform"], waveform.numpy(), atol=1e-5)
-        self.assertTrue(np.all(out["vocode/waveform"][1, 13 * 256:] == 0))
-        np.testing.assert_array_equal(out["serving_default/waveform_lengths"],
-                                      out["serving_default/mel_lengths"] * 256)
+                expected, _ = vocoder(out[f"{signature}/mel"], out[f"{signature}/mel_lengths"])
+                np.testing.assert_allclose(out[f"{signature}/waveform"], expected.numpy(),
+                                           atol=1e-5)
 
     def test_new_exports_take_the_next_version_and_never_overwrite(self):
         export_dir = os.path.join(self.tmp, "versions", "myxtts")
