@@ -92,6 +92,8 @@ class ResBlock(keras.layers.Layer):
 
 
 class HiFiGANGenerator(keras.Model):
+    vocoder_name = "HiFi-GAN"  # in logs: "Vocoder: HiFi-GAN ..."
+
     def __init__(self, n_mels: int, upsample_rates: Sequence[int], preset: str = "small",
                  channels: int = 0, **kwargs):
         kwargs.setdefault("name", "hifigan_generator")
@@ -121,8 +123,6 @@ class HiFiGANGenerator(keras.Model):
         v, d = config.vocoder, config.data
         rates = list(v.upsample_rates) or upsample_rates_for(d.hop_length)
         return cls(d.n_mels, rates, v.preset, v.upsample_initial_channel)
-
-    vocoder_name = "HiFi-GAN"
 
     def describe(self) -> str:
         return "upsampling " + "x".join(map(str, self.upsample_rates))

@@ -65,6 +65,8 @@ class ConvNeXtBlock(keras.layers.Layer):
 
 
 class VocosGenerator(keras.Model):
+    vocoder_name = "Vocos"  # in logs: "Vocoder: Vocos ..."
+
     def __init__(self, n_mels: int, n_fft: int, hop_length: int, win_length: int,
                  channels: int = 192, layers: int = 6, **kwargs):
         kwargs.setdefault("name", "vocos_generator")
@@ -99,8 +101,6 @@ class VocosGenerator(keras.Model):
         v, d = config.vocoder, config.data
         return cls(d.n_mels, d.n_fft, d.hop_length, d.win_length, v.vocos_channels,
                    v.vocos_layers)
-
-    vocoder_name = "Vocos"
 
     def describe(self) -> str:
         return f"inverse STFT n_fft {self.n_fft}, hop {self.hop_length}"
