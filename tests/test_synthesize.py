@@ -181,7 +181,7 @@ class SynthesizeCliTest(unittest.TestCase):
         vocoder_dir, _ = shared_vocoder_checkpoint()
         out = os.path.join(self.tmp, "refused.wav")
         for args, message in ((("--vocoder-dir", self.checkpoint_dir),
-                               "holds no HiFi-GAN generator"),
+                               "holds no vocoder generator"),
                               (("--vocoder-checkpoint", "best"),
                                "--vocoder-checkpoint needs --vocoder-dir")):
             with self.subTest(message=message):
