@@ -1,5 +1,6 @@
 """Audio: the tf.signal log-mel matches librosa on real speech (against librosa in float64, at
-most twice librosa's own float32 error and never more than 2e-3, plain and XLA-split alike),
+most twice librosa's own float32 error and never more than 2e-3, plain and as laid out for a CPU
+or GPU data device), splitting the frames over launches and chunks changes nothing,
 batching/padding does not change a frame, decoding handles every format, reference slices stay
 within bounds."""
 
@@ -25,7 +26,8 @@ class LogMelParityTest(unittest.TestCase):
     def test_matches_librosa_float64_as_closely_as_librosa_float32_does(self):
         d = tiny_config().data
         featurizers = {"plain": audio.LogMel.from_config(d),
-                       "xla in 2 parts": audio.LogMel.from_config(d, xla_parts=2)}
+                       "CPU layout": audio.LogMel.for_device(d, "CPU"),
+                       "GPU layout": audio.LogMel.for_device(d, "GPU")}
         rows = sample_rows()
         for uid, _, _, _, path in rows[::7]:  # ogg, flac, wav; en, de, es; both speakers
             samples = audio.decode(path, d.sample_rate).samples
@@ -36,13 +38,22 @@ class LogMelParityTest(unittest.TestCase):
                 self.assertEqual(got.shape, reference.shape)
                 self.assertLessEqual(_diff(got, reference), bound, (uid, name))
 
-    def test_rows_split_over_xla_launches_are_the_rows_of_one_launch(self):
+    def test_frames_split_over_launches_and_chunks_are_the_frames_of_one_pass(self):
         d = tiny_config().data
-        batch = np.random.default_rng(0).normal(0, 0.1, (3, 8000)).astype(np.float32)
-        one = audio.LogMel.from_config(d, xla_parts=1)(batch).numpy()
-        for parts in (2, 4):  # 4 parts of 3 rows: one part gets none
-            got = audio.LogMel.from_config(d, xla_parts=parts)(batch).numpy()
-            np.testing.assert_allclose(got, one, rtol=0, atol=1e-6)  # float32 rounding
+        rng = np.random.default_rng(0)
+        for hop in (d.hop_length, d.hop_length + 44):  # a hop that divides n_fft, one that not
+            d.hop_length = hop
+            plain = audio.LogMel.from_config(d)
+            for width, rows in ((8000, 3), (1, 2), (d.n_fft, 1), (700, 0)):
+                batch = rng.normal(0, 0.1, (rows, width)).astype(np.float32)
+                one = plain(batch).numpy()
+                self.assertEqual(one.shape, (rows, audio.num_frames(width, hop), d.n_mels))
+                # 4 launches of 3 short rows: some get only padding; 5 divides no launch's frames
+                for parts, chunk in ((1, 0), (2, 0), (4, 0), (2, 24), (3, 5), (4, 1)):
+                    got = audio.LogMel.from_config(d, xla_parts=parts, chunk_frames=chunk)(batch)
+                    np.testing.assert_allclose(got.numpy(), one, rtol=0, atol=1e-6,
+                                               err_msg=f"hop {hop}, {rows}x{width}, "
+                                                       f"{parts} launches, chunks of {chunk}")
 
     def test_matches_librosa_with_base_config_and_short_window(self):
         d = XTTSConfig().data  # 22.05 kHz, n_fft 1024, 80 mels

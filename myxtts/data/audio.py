@@ -121,62 +121,130 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,
                                htk=False, norm="slaney").T.astype(np.float32)
 
 
+# Frames per loop step of the CPU featurizer: 24 frames' float64 samples and spectra (~390 KB at
+# n_fft 1024) fit a core's L2 cache. On the 2-core CI machine 12 to 28 measured alike, 32 and
+# more ran 1.3x slower, 8 and fewer lost to per-step overhead.
+CPU_CHUNK_FRAMES = 24
+
+
 class LogMel:
     """Batched log10 mel spectrogram in a tf.function: [B, S] float32 audio → [B, 1 + S//hop,
     n_mels]. Call it under the device that should do the work (the data device).
 
-    `xla_parts` = 0: a plain tf.function (what a SavedModel holds). `xla_parts` = k > 0: XLA
-    fuses framing, the float64 window/FFT and the mel projection, and the batch's rows are split
-    into k XLA launches that the executor runs concurrently (on a CPU data device k = its cores,
-    so they all work on one batch; on a GPU, 1). A row's result is the same either way (to
-    float32 rounding)."""
+    The rows are laid end to end, each zero-padded to a whole number of hops with at least
+    n_fft/2 zeros either side, so the centred frames of every row are frames of one flat signal
+    (a few frames per row straddle two rows and are dropped). How that signal's frames are
+    computed:
+
+    - `xla_parts` = 0: in one plain tf.function (what a SavedModel holds; differentiable, the
+      vocoder's mel loss goes through it).
+    - `xla_parts` = k > 0: XLA fuses framing, the float64 window/FFT and the mel projection, and
+      the frames are split into k launches that the executor runs concurrently (a GPU: 1; a CPU:
+      its cores).
+    - `chunk_frames` = c > 0 (CPU): each launch loops over its frames c at a time, so a chunk's
+      float64 frames and spectrum stay in the core's cache instead of streaming the whole
+      batch's (8 KB per frame each at n_fft 1024) through memory: about 2.2x the one-launch
+      layout on the 2-core CI machine (benchmarks/bench_mel.py).
+
+    A frame's result is the same either way (to float32 rounding)."""
 
     def __init__(self, sample_rate: int, n_fft: int, hop_length: int, win_length: int,
-                 n_mels: int, fmin: float, fmax: float, mel_floor: float, xla_parts: int = 0):
+                 n_mels: int, fmin: float, fmax: float, mel_floor: float, xla_parts: int = 0,
+                 chunk_frames: int = 0):
         self.n_fft, self.hop = n_fft, hop_length
         self.n_mels = n_mels
         self.mel_floor = mel_floor
         self.log_floor = math.log10(mel_floor)
-        self._filters = mel_filterbank(sample_rate, n_fft, n_mels, fmin, fmax)
+        filters = mel_filterbank(sample_rate, n_fft, n_mels, fmin, fmax)
+        # Bins above fmax have no weight in any filter: their magnitudes are not computed.
+        self._bins = int(np.flatnonzero(filters.any(axis=1)).max()) + 1
+        self._filters = filters[:self._bins]
         # librosa's window: periodic Hann of win_length, zero-padded to n_fft in the centre.
         self._window = librosa.util.pad_center(
             librosa.filters.get_window("hann", win_length, fftbins=True), size=n_fft)
         self.xla_parts = xla_parts
-        if xla_parts:
-            self._xla = tf.function(self._log_mel, jit_compile=True)
-            self._compiled = tf.function(self._in_parts, reduce_retracing=True)
-        else:
-            self._compiled = tf.function(self._log_mel, reduce_retracing=True)
+        self.chunk_frames = chunk_frames
+        self._frames_fn = (tf.function(self._part_log_mel, jit_compile=True) if xla_parts
+                           else self._part_log_mel)
+        self._compiled = tf.function(self._log_mel, reduce_retracing=True)
 
     @classmethod
-    def from_config(cls, data_config, xla_parts: int = 0) -> "LogMel":
+    def from_config(cls, data_config, xla_parts: int = 0, chunk_frames: int = 0) -> "LogMel":
         d = data_config
         return cls(d.sample_rate, d.n_fft, d.hop_length, d.win_length, d.n_mels, d.fmin, d.fmax,
-                   d.mel_floor, xla_parts)
+                   d.mel_floor, xla_parts, chunk_frames)
+
+    @classmethod
+    def for_device(cls, data_config, device_type: str) -> "LogMel":
+        """XLA-compiled as suits the device that runs it: on a GPU one launch over the whole
+        batch; on a CPU one launch per core, each looping over CPU_CHUNK_FRAMES frames at a
+        time."""
+        if device_type.upper() == "CPU":
+            return cls.from_config(data_config, xla_parts=os.cpu_count() or 1,
+                                   chunk_frames=CPU_CHUNK_FRAMES)
+        return cls.from_config(data_config, xla_parts=1)
 
     def __call__(self, audio: tf.Tensor) -> tf.Tensor:
         return self._compiled(audio)
 
     def _log_mel(self, audio: tf.Tensor) -> tf.Tensor:
+        audio = tf.convert_to_tensor(audio, tf.float32)
+        rows, width = tf.shape(audio)[0], tf.shape(audio)[1]
+        half = self.n_fft // 2
+        stride = (width + self.n_fft + self.hop - 1) // self.hop * self.hop
+        row_frames = stride // self.hop
+        total = rows * row_frames
+        parts = max(self.xla_parts, 1)
+        # Frames per launch: a whole number of chunks, the same for every launch (one compile).
+        step = max(self.chunk_frames, 1)
+        size = tf.maximum(-(-total // parts // step) * step, step)
+        flat = tf.reshape(tf.pad(audio, [[0, 0], [half, stride - width - half]]), [-1])
+        span = self._span(size)  # samples under a launch's frames
+        flat = tf.pad(flat, [[0, (parts - 1) * size * self.hop + span - rows * stride]])
+        mel = tf.concat([self._frames_fn(flat[i * size * self.hop:i * size * self.hop + span])
+                         for i in range(parts)], 0)
+        mel = tf.reshape(mel[:total], [rows, row_frames, self.n_mels])
+        return mel[:, :1 + width // self.hop]
+
+    def _span(self, frames):
+        """Samples _frames reads for `frames` frames: whole hops, n_fft - hop or more past the
+        last frame's start."""
+        return (frames - 1 + -(-self.n_fft // self.hop)) * self.hop
+
+    def _frames(self, signal: tf.Tensor, count) -> tf.Tensor:
+        """The first `count` frames [count, n_fft] of a signal of _span(count) samples: each
+        frame is the next ceil(n_fft / hop) hop-long blocks side by side, cut to n_fft (static
+        slices and a concat, which XLA copies faster than tf.signal.frame's gather)."""
+        blocks = tf.reshape(signal, [-1, self.hop])
+        return tf.concat([blocks[j:j + count] for j in range(-(-self.n_fft // self.hop))],
+                         1)[:, :self.n_fft]
+
+    def _part_log_mel(self, signal: tf.Tensor) -> tf.Tensor:
+        """Log-mels [F, n_mels] of the frames of a launch's _span(F) samples."""
+        count = tf.shape(signal)[0] // self.hop - self._span(1) // self.hop + 1
+        if not self.chunk_frames:
+            return self._frames_log_mel(self._frames(signal, count))
+        chunk = self.chunk_frames
+
+        def body(i, out):
+            samples = tf.slice(signal, [i * chunk * self.hop], [self._span(chunk)])
+            return i + 1, out.write(i, self._frames_log_mel(self._frames(samples, chunk)))
+
+        out = tf.TensorArray(tf.float32, size=count // chunk, element_shape=[chunk, self.n_mels])
+        _, out = tf.while_loop(lambda i, _: i < count // chunk, body, [0, out],
+                               parallel_iterations=1)
+        return tf.reshape(out.stack(), [-1, self.n_mels])
+
+    def _frames_log_mel(self, frames: tf.Tensor) -> tf.Tensor:
         # Frames x window and the FFT run in float64, like librosa (numpy promotes float32 audio
         # times its float64 window): in float32 the rounding of loud frames leaks ~1e-7 of their
         # energy into quiet bins, which moves near-floor log10 mels by more than 1e-3.
         # Whatever changes these numbers must bump cache.FORMAT_VERSION: cached features are
         # keyed by the audio settings and that version, so they are then rebuilt.
-        audio = tf.convert_to_tensor(audio, tf.float32)
-        half = self.n_fft // 2
-        frames = tf.signal.frame(tf.pad(audio, [[0, 0], [half, half]]), self.n_fft, self.hop)
-        frames = frames[:, :1 + tf.shape(audio)[1] // self.hop]
         spectrum = tf.signal.rfft(tf.cast(frames, tf.float64) * tf.constant(self._window))
-        magnitude = tf.cast(tf.abs(spectrum), tf.float32)
-        mel = tf.tensordot(magnitude, tf.constant(self._filters), axes=1)
+        magnitude = tf.cast(tf.abs(spectrum[:, :self._bins]), tf.float32)
+        mel = tf.matmul(magnitude, tf.constant(self._filters))
         return tf.math.log(tf.maximum(mel, self.mel_floor)) / math.log(10.0)
-
-    def _in_parts(self, audio: tf.Tensor) -> tf.Tensor:
-        audio = tf.convert_to_tensor(audio, tf.float32)
-        size = -(-tf.shape(audio)[0] // self.xla_parts)  # the last parts may get no rows
-        return tf.concat([self._xla(audio[i * size:(i + 1) * size])
-                          for i in range(self.xla_parts)], 0)
 
     def masked(self, audio: tf.Tensor, lengths: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """Log-mels of a zero-padded batch, frames past each utterance set to log10(mel_floor);

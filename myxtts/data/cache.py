@@ -26,7 +26,7 @@ from myxtts.data.validation import Item
 
 logger = logging.getLogger("myxtts.data")
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ITEMS_PER_SHARD = 256
 AUDIO_KEYS = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "fmin", "fmax",
               "mel_floor", "trim_silence", "trim_top_db", "normalize_loudness", "target_rms_db")

@@ -59,7 +59,6 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import os
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -121,11 +120,10 @@ class InputPipeline:
         # Each item's speaker reference is another utterance of its speaker (validation made
         # sure there is one): never the target itself, in either feature mode.
         self._reference_pools = reference_pools(self.items)
-        # XLA fuses framing, the float64 window/FFT and the mel projection (measured 1.8x the
-        # plain tf.function on CPU); batches have one static shape per bucket, so it compiles
-        # once per bucket. On a CPU data device the rows are split over its cores.
-        cpu = tf.DeviceSpec.from_string(data_device).device_type.upper() == "CPU"
-        self._log_mel = audio_lib.LogMel.from_config(d, xla_parts=os.cpu_count() if cpu else 1)
+        # XLA fuses framing, the float64 window/FFT and the mel projection; batches have one
+        # static shape per bucket, so it compiles once per bucket.
+        self._log_mel = audio_lib.LogMel.for_device(
+            d, tf.DeviceSpec.from_string(data_device).device_type or "CPU")
         # Not XLA-compiled as a whole: the mel and reference-mel launches run concurrently.
         self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
         self.feature_mode = d.feature_mode
