@@ -6,8 +6,8 @@ vs librosa.feature.melspectrogram on the same audio and parameters.
 
 Audio: the bundled sample (real speech, samples/ljspeech_sample), resampled to the config's rate.
 Speed: librosa (float32 audio, its default) and the featurizer (also laid out as on a GPU, one
-XLA launch over the whole batch, to show what the CPU layout buys) run round-robin, best of
---repeats, so load from other jobs hits every variant alike, each after an idle pause
+XLA launch over the whole batch, to show what the CPU layout buys) run round-robin, best (and
+median) of --repeats, so load from other jobs hits every variant alike, each after an idle pause
 (--pause): librosa's OpenBLAS threads keep spinning for about 0.2 s after its mel projection
 returns, and without the pause that spinning halved the speed of whatever ran next. Parity is
 measured against librosa run in float64: the featurizer may differ from it by at most twice
@@ -86,6 +86,7 @@ def main():
             times[name].append(time.perf_counter() - start)
             time.sleep(args.pause)
     rates = {name: seconds / min(t) for name, t in times.items()}
+    medians = {name: seconds / float(np.median(t)) for name, t in times.items()}
 
     reference = [audio.librosa_log_mel(c, d, np.float64) for c in clips]
     tf_mels = [mel[row, :audio.num_frames(int(n), d.hop_length)]
@@ -99,9 +100,10 @@ def main():
           f"win {d.win_length}, {d.n_mels} mels; {len(clips)} clips, {seconds:.1f} s of speech; "
           f"{cores} CPU cores; best of {args.repeats}, round-robin")
     for name, rate in rates.items():
-        print(f"{name:<52} {rate:8.1f} s of audio per second")
+        print(f"{name:<52} {rate:8.1f} s of audio per second (median run {medians[name]:.1f})")
     for name in list(variants)[1:]:
-        print(f"speed-up {name} / librosa: {rates[name] / rates['librosa']:.2f}x (goal >= 3x)")
+        print(f"speed-up {name} / librosa: {rates[name] / rates['librosa']:.2f}x (goal >= 3x; "
+              f"median runs {medians[name] / medians['librosa']:.2f}x)")
     print(f"max |log10 mel difference| from librosa float64: librosa float32 {librosa32:.2e}, "
           f"featurizer {featurizer_diff:.2e} (goal <= min(2 x librosa float32, 2e-3) = "
           f"{bound:.2e}: {'met' if featurizer_diff <= bound else 'NOT met'})")

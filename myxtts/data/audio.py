@@ -20,6 +20,7 @@ librosa's default and makes a zero-padded batch give exactly the per-utterance f
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import shutil
@@ -121,6 +122,26 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,
                                htk=False, norm="slaney").T.astype(np.float32)
 
 
+def mel_bands(filters: np.ndarray, bands: int = 3):
+    """The mel projection as `bands` dense blocks (first_bin, end_bin, weights [bins, mels]) over
+    consecutive filters, cut where they multiply the fewest zero weights: a filter covers a few
+    bins, so one dense [513, 80] product is mostly zeros (base settings: 29,760 products per
+    frame; 3 blocks: 8,962, measured 5% faster for the whole featurizer on the CI machine)."""
+    nonzero = filters != 0
+    first = nonzero.argmax(axis=0)
+    end = filters.shape[0] - nonzero[::-1].argmax(axis=0)
+    mels = filters.shape[1]
+
+    def cost(cuts):
+        return sum((end[b - 1] - first[a]) * (b - a) for a, b in zip(cuts[:-1], cuts[1:]))
+
+    inner = min(itertools.combinations(range(1, mels), min(bands, mels) - 1),
+                key=lambda c: cost((0,) + c + (mels,)))
+    cuts = (0,) + inner + (mels,)
+    return [(int(first[a]), int(end[b - 1]), filters[first[a]:end[b - 1], a:b])
+            for a, b in zip(cuts[:-1], cuts[1:])]
+
+
 # Frames per loop step of the CPU featurizer: 24 frames' float64 samples and spectra (~390 KB at
 # n_fft 1024) fit a core's L2 cache. On the 2-core CI machine 12 to 28 measured alike, 32 and
 # more ran 1.3x slower, 8 and fewer lost to per-step overhead.
@@ -158,7 +179,7 @@ class LogMel:
         filters = mel_filterbank(sample_rate, n_fft, n_mels, fmin, fmax)
         # Bins above fmax have no weight in any filter: their magnitudes are not computed.
         self._bins = int(np.flatnonzero(filters.any(axis=1)).max()) + 1
-        self._filters = filters[:self._bins]
+        self._bands = mel_bands(filters[:self._bins])
         # librosa's window: periodic Hann of win_length, zero-padded to n_fft in the centre.
         self._window = librosa.util.pad_center(
             librosa.filters.get_window("hann", win_length, fftbins=True), size=n_fft)
@@ -198,9 +219,10 @@ class LogMel:
         # Frames per launch: a whole number of chunks, the same for every launch (one compile).
         step = max(self.chunk_frames, 1)
         size = tf.maximum(-(-total // parts // step) * step, step)
-        flat = tf.reshape(tf.pad(audio, [[0, 0], [half, stride - width - half]]), [-1])
         span = self._span(size)  # samples under a launch's frames
-        flat = tf.pad(flat, [[0, (parts - 1) * size * self.hop + span - rows * stride]])
+        # One copy: zero rows after the batch cover the last launch's span.
+        extra_rows = -(-((parts - 1) * size * self.hop + span - rows * stride) // stride)
+        flat = tf.reshape(tf.pad(audio, [[0, extra_rows], [half, stride - width - half]]), [-1])
         mel = tf.concat([self._frames_fn(flat[i * size * self.hop:i * size * self.hop + span])
                          for i in range(parts)], 0)
         mel = tf.reshape(mel[:total], [rows, row_frames, self.n_mels])
@@ -243,7 +265,8 @@ class LogMel:
         # keyed by the audio settings and that version, so they are then rebuilt.
         spectrum = tf.signal.rfft(tf.cast(frames, tf.float64) * tf.constant(self._window))
         magnitude = tf.cast(tf.abs(spectrum[:, :self._bins]), tf.float32)
-        mel = tf.matmul(magnitude, tf.constant(self._filters))
+        mel = tf.concat([tf.matmul(magnitude[:, first:end], tf.constant(weights))
+                         for first, end, weights in self._bands], 1)
         return tf.math.log(tf.maximum(mel, self.mel_floor)) / math.log(10.0)
 
     def masked(self, audio: tf.Tensor, lengths: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
