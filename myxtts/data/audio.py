@@ -5,7 +5,7 @@ Decoding runs on the host with soundfile (libsndfile: wav, flac, ogg/vorbis/opus
 or, for the containers libsndfile cannot open (m4a/aac/mp4/webm, myxtts.data.metadata.
 FFMPEG_EXTENSIONS), the ffmpeg program when it is installed; then soxr resampling through librosa.
 tensorflow-io is never needed. The log-mel runs in TensorFlow (`LogMel`, a tf.function built on
-tf.signal.frame and tf.signal.rfft) so it can execute on the data device, and matches
+static framing and tf.signal.rfft) so it can execute on the data device, and matches
 
     librosa.feature.melspectrogram(y=y, sr=sr, n_fft=n_fft, hop_length=hop, win_length=win,
                                    window="hann", center=True, pad_mode="constant", power=1.0,
