@@ -311,15 +311,22 @@ def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None)
                               model_device=plan.model_device, tokenizer=pipeline.tokenizer,
                               reset_training=FLAGS["reset-training"].value,
                               init_from=FLAGS["init-from"].value, distribution=distribution)
-    summary = trainer.fit(pipeline)
+    return _report(trainer.fit(pipeline), "", "validation loss", work_dir)
+
+
+def _report(summary, what: str, measure: str, work_dir: str) -> int:
+    """Prints how training ended and returns the exit status: 0, or 128 + the signal number
+    after SIGINT/SIGTERM, with the command that resumes as the last line."""
     best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
-    print(f"Trained to step {summary.step} ({summary.reason}); checkpoint {summary.checkpoint}; "
-          f"best validation loss {best}; TensorBoard: tensorboard --logdir "
+    print(f"Trained {what}to step {summary.step} ({summary.reason}); checkpoint "
+          f"{summary.checkpoint}; best {measure} {best}; TensorBoard: tensorboard --logdir "
           f"{os.path.join(work_dir, 'tensorboard')}")
-    if summary.reason.startswith("signal"):
-        import signal  # pylint: disable=import-outside-toplevel
-        return 128 + int(signal.Signals[summary.reason.split()[-1]])
-    return 0
+    if not summary.reason.startswith("signal"):
+        return 0
+    import signal  # pylint: disable=import-outside-toplevel
+    print(f"Interrupted at step {summary.step}: run the same command again to resume from "
+          f"{summary.checkpoint} (nothing is lost).")
+    return 128 + int(signal.Signals[summary.reason.split()[-1]])
 
 
 @contextlib.contextmanager
@@ -356,14 +363,7 @@ def train_vocoder(config: XTTSConfig, plan) -> int:
                                  init_from=FLAGS["vocoder-init"].value,
                                  resume_checkpoint=FLAGS["resume-from"].value,
                                  reset_training=FLAGS["reset-training"].value)
-    summary = trainer.fit(pipeline)
-    print(f"Trained the vocoder to step {summary.step} ({summary.reason}); checkpoint "
-          f"{summary.checkpoint}; best validation mel L1 {summary.best_val_loss}; TensorBoard: "
-          f"tensorboard --logdir {os.path.join(work_dir, 'tensorboard')}")
-    if summary.reason.startswith("signal"):
-        import signal  # pylint: disable=import-outside-toplevel
-        return 128 + int(signal.Signals[summary.reason.split()[-1]])
-    return 0
+    return _report(trainer.fit(pipeline), "the vocoder ", "validation mel L1", work_dir)
 
 
 def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:

@@ -6,13 +6,14 @@ Imports no TensorFlow (train_main.py uses it before devices are configured).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
 import re
 import sys
 import tempfile
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Optional, Sequence, Tuple, TypeVar
 
 from myxtts.errors import MyXTTSError
 
@@ -49,16 +50,20 @@ def quiet_tensorflow_start(verbose: bool = False) -> Iterator[None]:
     """Wrap the code that first imports TensorFlow: unless `verbose`, its C++ start-up lines and
     E0000 lines are kept off the console.
 
-    Sets TF_CPP_MIN_LOG_LEVEL=3 (unless the environment already sets it), which hides
-    TensorFlow's C++ INFO/WARNING/ERROR log lines, e.g. `failed call to cuInit ... (303)` on
-    CPU-only machines; failures still raise Python errors, and Python warnings and myxtts logs
-    are unaffected. The lines written while the libraries load ignore that setting; they are
-    filtered from stderr inside the block, everything else written there is passed on.
+    Sets TF_CPP_MIN_LOG_LEVEL=3, which hides TensorFlow's C++ INFO/WARNING/ERROR log lines, e.g.
+    `failed call to cuInit ... (303)` on CPU-only machines and `Compiled cluster using XLA!`;
+    failures still raise Python errors, and Python warnings and myxtts logs are unaffected. The
+    INFO lines written while the libraries load ignore that setting; they are filtered from
+    stderr inside the block, everything else written there is passed on. A user who set
+    TF_CPP_MIN_LOG_LEVEL keeps that level, and sees those lines too when it shows INFO (0).
     """
     if verbose:
         yield
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if level.strip() in ("", "0"):
+        yield
+        return
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
@@ -94,3 +99,80 @@ def run_guarded(main: Callable[[T], int], argv: T) -> int:
     except MyXTTSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+
+
+Main = Callable[[Optional[Sequence[str]]], int]
+
+
+def entry_point(main: Main) -> Tuple[Main, Callable[[], None]]:
+    """(guarded_main, run) of a command whose `main(argv) -> exit status` parses `argv`:
+    guarded_main sets up logging and prints user-fixable problems as one paragraph (exit 2);
+    run is the console-script entry point that exits with that status."""
+
+    def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
+        setup_logging()
+        return run_guarded(main, argv)
+
+    def run() -> None:
+        sys.exit(guarded_main())
+
+    return guarded_main, run
+
+
+# ---- the model-loading flags of the commands that use a trained run -----------------------
+
+def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
+    """--checkpoint-dir, --checkpoint, --max-decoder-steps, --griffin-lim-iters, --verbose and
+    (with `vocoder`) --vocoder-dir, --vocoder-checkpoint."""
+    p.add_argument("--checkpoint-dir", required=True,
+                   help="Directory train_main.py wrote (ckpt-N files, config.yaml, vocab.json).")
+    p.add_argument("--checkpoint", default=None,
+                   help="Which checkpoint: 'latest' (default), 'best' for best/, or a prefix "
+                        "such as ckpt-200 (absolute, or inside --checkpoint-dir).")
+    p.add_argument("--max-decoder-steps", type=int, default=None,
+                   help="Longest decode in decoder steps (default: model.max_decoder_steps).")
+    p.add_argument("--griffin-lim-iters", type=int, default=32,
+                   help="Griffin-Lim iterations (more = cleaner phase, slower); used without "
+                        "--vocoder-dir.")
+    if vocoder:
+        p.add_argument("--vocoder-dir", default=None,
+                       help="A vocoder (HiFi-GAN or Vocos) checkpoint directory (train_main.py "
+                            "--stage vocoder); default: Griffin-Lim. The log says which ran.")
+        p.add_argument("--vocoder-checkpoint", default=None,
+                       help="Which vocoder checkpoint: 'best' or a prefix such as ckpt-2000. "
+                            "Default: the latest in --vocoder-dir.")
+    p.add_argument("--verbose", action="store_true",
+                   help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
+
+
+def check_model_args(args: argparse.Namespace) -> None:
+    """UsageError for model-loading flags that cannot work, before TensorFlow is imported."""
+    if args.max_decoder_steps is not None and args.max_decoder_steps < 1:
+        raise UsageError(f"--max-decoder-steps {args.max_decoder_steps} must be 1 or more.")
+    if args.griffin_lim_iters < 1:
+        raise UsageError(f"--griffin-lim-iters {args.griffin_lim_iters} must be 1 or more.")
+    if getattr(args, "vocoder_checkpoint", None) and not args.vocoder_dir:
+        raise UsageError("--vocoder-checkpoint needs --vocoder-dir (the vocoder's checkpoint "
+                         "directory).")
+    require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
+                 "the directory train_main.py wrote (its --checkpoint-dir, holding ckpt-N "
+                 "files, config.yaml and vocab.json)")
+    if getattr(args, "vocoder_dir", None):
+        require_path("--vocoder-dir", args.vocoder_dir, "dir",
+                     "the directory train_main.py --stage vocoder wrote")
+
+
+def load_synthesizer(args: argparse.Namespace):
+    """The myxtts.inference.synthesizer.Synthesizer the model flags name (TensorFlow is imported
+    here, quietly unless --verbose)."""
+    # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
+    with quiet_tensorflow_start(args.verbose):
+        from myxtts.inference.checkpoint_loading import load_checkpoint
+        from myxtts.inference.synthesizer import Synthesizer
+        from myxtts.inference.vocoding import load_vocoder
+    loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
+    vocoder_dir = getattr(args, "vocoder_dir", None)
+    vocoder = (load_vocoder(vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
+               if vocoder_dir else None)
+    return Synthesizer(loaded, max_decoder_steps=args.max_decoder_steps,
+                       griffin_lim_iterations=args.griffin_lim_iters, vocoder=vocoder)

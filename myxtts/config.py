@@ -9,6 +9,7 @@ This module does not import TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import sys
@@ -263,7 +264,9 @@ class XTTSConfig:
         sections = {f.name: f for f in dataclasses.fields(cls)}
         for name, values in raw.items():
             if name not in sections:
-                raise ConfigError(f"{source}: unknown section '{name}'. "
+                close = difflib.get_close_matches(name, list(sections), n=1, cutoff=0.6)
+                hint = f" (did you mean `{close[0]}`?)" if close else ""
+                raise ConfigError(f"{source}: unknown section '{name}'{hint}. "
                                   f"Known sections: {', '.join(sections)}.")
             if values is None:
                 continue
@@ -461,12 +464,25 @@ def _coerce(value: Any, tp, key: str, source: str) -> Any:
                       f"({type(value).__name__}).")
 
 
+def _suggestion(dotted: str, known: List[str]) -> str:
+    """" (did you mean `x`?)" for a misspelled key: the closest key of its section, or the same
+    key in another section; "" when nothing is close."""
+    section, _, key = dotted.partition(".")
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean `{close[0]}`?)"
+    for other, section_type in typing.get_type_hints(XTTSConfig).items():
+        if other != section and key in {f.name for f in dataclasses.fields(section_type)}:
+            return f" (did you mean `{other}.{key}`, in the {other} section?)"
+    return ""
+
+
 def _set_field(section, dotted: str, key: str, value: Any, source: str) -> None:
     hints = typing.get_type_hints(type(section))
     if key not in hints:
-        known = ", ".join(f.name for f in dataclasses.fields(section))
-        raise ConfigError(f"{source}: unknown key '{dotted}'. Known keys in this section: "
-                          f"{known}.")
+        known = [f.name for f in dataclasses.fields(section)]
+        raise ConfigError(f"{source}: unknown key '{dotted}'{_suggestion(dotted, known)}. Known "
+                          f"keys in this section: {', '.join(known)}.")
     setattr(section, key, _coerce(value, hints[key], dotted, source))
 
 

@@ -22,17 +22,16 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from myxtts.cli import run_guarded, setup_logging
+from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point,
+                        load_synthesizer)
 from myxtts.config import XTTSConfig
 from myxtts.data import metadata as metadata_lib
 from myxtts.data.metadata import DatasetError, Row
-from myxtts.errors import MyXTTSError
 from myxtts.evaluation import metrics
 from myxtts.model_info import read_model_info
 
@@ -45,16 +44,9 @@ logger = logging.getLogger("myxtts")
 CONFIG_FILE = "config.yaml"
 
 
-class UsageError(MyXTTSError, ValueError):
-    """Contradictory or missing command-line options."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="myxtts-evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("--checkpoint-dir", required=True,
-                   help="Directory train_main.py wrote (ckpt-N files, config.yaml, vocab.json).")
-    p.add_argument("--checkpoint", default=None,
-                   help="'latest' (default), 'best' for best/, or a prefix such as ckpt-200.")
+    add_model_args(p, vocoder=False)
     p.add_argument("--data", default=None,
                    help="Dataset folder (metadata.csv + wavs/). Default: the run's training "
                         "data (model_info.json), whose saved validation split is evaluated; "
@@ -67,20 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recognizer", choices=("auto", "pocketsphinx", "none"), default="auto",
                    help="Word error rate with pocketsphinx (English only): 'auto' when it is "
                         "installed, 'pocketsphinx' to require it, 'none' to skip.")
-    p.add_argument("--max-decoder-steps", type=int, default=None,
-                   help="Longest decode in decoder steps (default: model.max_decoder_steps).")
-    p.add_argument("--griffin-lim-iters", type=int, default=32,
-                   help="Griffin-Lim iterations for the audio the recogniser hears.")
     return p
 
 
 def check_args(args: argparse.Namespace) -> None:
     if args.num < 1:
         raise UsageError(f"--num {args.num}: pass how many sentences to evaluate, 1 or more.")
-    if args.max_decoder_steps is not None and args.max_decoder_steps < 1:
-        raise UsageError(f"--max-decoder-steps {args.max_decoder_steps} must be 1 or more.")
-    if args.griffin_lim_iters < 1:
-        raise UsageError(f"--griffin-lim-iters {args.griffin_lim_iters} must be 1 or more.")
+    check_model_args(args)
     if not os.path.isfile(os.path.join(args.checkpoint_dir, CONFIG_FILE)):
         what = ("does not exist" if not os.path.isdir(args.checkpoint_dir) else
                 f"has no {CONFIG_FILE}, so it is not a myxtts checkpoint directory")
@@ -345,14 +330,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     config = XTTSConfig.from_yaml(os.path.join(args.checkpoint_dir, CONFIG_FILE))
     info = read_model_info(args.checkpoint_dir)
     sentences = find_sentences(config, args.checkpoint_dir, args.data, info)
+    synth = load_synthesizer(args)
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     from myxtts.evaluation.recognizer import load_recognizer
-    from myxtts.inference.synthesizer import Synthesizer
-    synth = Synthesizer.from_checkpoint_dir(args.checkpoint_dir, args.checkpoint,
-                                            max_decoder_steps=args.max_decoder_steps,
-                                            griffin_lim_iterations=args.griffin_lim_iters)
     picks, lonely = pick_sentences(sentences, synth.config, synth.tokenizer, args.num,
                                    args.seed)
+    if len(picks) < args.num:
+        logger.warning("--num %d: only %d held-out sentence(s) can be evaluated (%s holds no "
+                       "more usable ones). For more, pass --data with a dataset folder the run "
+                       "did not train on (every row of it is held out).", args.num, len(picks),
+                       sentences.source)
     languages = [synth.languages[p.item.language_id] for p in picks]
     recognizer, why_not = load_recognizer(args.recognizer, languages)
     logger.info("Evaluating %d sentence(s) from %s; word error rate: %s.", len(picks),
@@ -383,16 +370,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`main` with logging set up and user-fixable problems printed as one paragraph (exit 2)."""
-    setup_logging()
-    return run_guarded(main, argv)
-
-
-def run() -> None:
-    """Console-script entry point (myxtts-evaluate)."""
-    sys.exit(guarded_main())
-
+guarded_main, run = entry_point(main)
 
 if __name__ == "__main__":
     run()

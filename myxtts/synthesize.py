@@ -17,22 +17,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 import time
 from typing import List, Optional, Sequence
 
-from myxtts.cli import UsageError, quiet_tensorflow_start, require_path, run_guarded, setup_logging
+from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point,
+                        load_synthesizer, require_path)
 
 logger = logging.getLogger("myxtts")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="myxtts-synthesize", description=__doc__.split("\n")[0])
-    p.add_argument("--checkpoint-dir", required=True,
-                   help="Directory train_main.py wrote (ckpt-N files, config.yaml, vocab.json).")
-    p.add_argument("--checkpoint", default=None,
-                   help="Which checkpoint: a prefix such as ckpt-200 (absolute or inside "
-                        "--checkpoint-dir), or 'best' for best/. Default: the latest.")
+    add_model_args(p)
     text = p.add_mutually_exclusive_group(required=True)
     text.add_argument("--text", help="The text to speak.")
     text.add_argument("--text-file", help="A UTF-8 file with one utterance per line "
@@ -48,18 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "gets 001.wav, 002.wav, ... one per line.")
     p.add_argument("--save-mel", action="store_true",
                    help="Also save each log10 mel [frames, n_mels] as .npy next to its wav.")
-    p.add_argument("--max-decoder-steps", type=int, default=None,
-                   help="Longest decode in decoder steps (default: model.max_decoder_steps).")
-    p.add_argument("--griffin-lim-iters", type=int, default=32,
-                   help="Griffin-Lim iterations (more = cleaner phase, slower).")
-    p.add_argument("--verbose", action="store_true",
-                   help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
-    p.add_argument("--vocoder-dir", default=None,
-                   help="A vocoder (HiFi-GAN or Vocos) checkpoint directory (train_main.py "
-                        "--stage vocoder); default: Griffin-Lim. The log says which one ran.")
-    p.add_argument("--vocoder-checkpoint", default=None,
-                   help="Which vocoder checkpoint: 'best' or a prefix such as ckpt-2000. "
-                        "Default: the latest in --vocoder-dir.")
     return p
 
 
@@ -92,28 +76,16 @@ def output_paths(output: str, count: int) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.vocoder_checkpoint and not args.vocoder_dir:
-        raise UsageError("--vocoder-checkpoint needs --vocoder-dir (the vocoder's checkpoint "
-                         "directory).")
     texts = read_texts(args)
     paths = output_paths(args.output, len(texts))
-    require_path("--checkpoint-dir", args.checkpoint_dir, "dir",
-                 "the directory train_main.py wrote (its --checkpoint-dir)")
+    check_model_args(args)
     require_path("--reference-audio", args.reference_audio, "file",
                  "a recording of the target speaker (wav, flac, ogg, ...)")
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     import numpy as np
     import soundfile as sf
 
-    with quiet_tensorflow_start(args.verbose):
-        from myxtts.inference.checkpoint_loading import load_checkpoint
-        from myxtts.inference.synthesizer import Synthesizer
-        from myxtts.inference.vocoding import load_vocoder
-    loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
-    vocoder = (load_vocoder(args.vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
-               if args.vocoder_dir else None)
-    synth = Synthesizer(loaded, max_decoder_steps=args.max_decoder_steps,
-                        griffin_lim_iterations=args.griffin_lim_iters, vocoder=vocoder)
+    synth = load_synthesizer(args)
     language = args.language or synth.config.data.default_language
     language_id = synth.language_id(language)
     encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio
@@ -142,16 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def guarded_main(argv: Optional[Sequence[str]] = None) -> int:
-    """`main` with logging set up and user-fixable problems printed as one paragraph (exit 2)."""
-    setup_logging()
-    return run_guarded(main, argv)
-
-
-def run() -> None:
-    """Console-script entry point (myxtts-synthesize)."""
-    sys.exit(guarded_main())
-
+guarded_main, run = entry_point(main)
 
 if __name__ == "__main__":
     run()

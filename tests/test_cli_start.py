@@ -7,7 +7,6 @@ start-up lines stay off the console unless --verbose.
 
 import contextlib
 import io
-import json
 import logging
 import os
 import shutil

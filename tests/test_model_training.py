@@ -13,8 +13,7 @@ import tensorflow as tf
 from myxtts.config import XTTSConfig
 from myxtts.training.losses import compute_losses
 from tests.device_harness import run_probe
-from tests.model_helpers import (LANGUAGES, REPO, VOCAB, random_batch, tiny_config,
-                                 tiny_model)
+from tests.model_helpers import REPO, VOCAB, random_batch, tiny_config, tiny_model
 
 
 def _train_step(model, optimizer, config, mode="graph"):

@@ -82,6 +82,28 @@ def _step_of(path: str) -> int:
     return int(os.path.basename(path).rsplit("-", 1)[1])
 
 
+def listed_checkpoints(directory: str) -> List[str]:
+    """The checkpoint prefixes the `checkpoint` index of `directory` lists, oldest first, as
+    paths under `directory` (relative when `directory` is). tf.train.get_checkpoint_state already
+    puts the directory in front of each relative entry: joining it again would double a relative
+    directory (runs/tiny/runs/tiny/ckpt-200)."""
+    state = tf.train.get_checkpoint_state(directory)
+    return [] if state is None else list(state.all_model_checkpoint_paths)
+
+
+def checkpoints_on_disk(directory: str) -> List[str]:
+    """Every ckpt-<step> prefix in `directory` whose .index file exists, oldest first, whether
+    or not the index lists it."""
+    steps = sorted({int(m.group(1)) for m in map(_CHECKPOINT_FILE.match, os.listdir(directory))
+                    if m and m.group(2) == "index"}) if os.path.isdir(directory) else []
+    return [os.path.join(directory, f"ckpt-{step}") for step in steps]
+
+
+def _missing(path: str) -> bool:
+    """True when checkpoint `path` has no files at all (not damaged: absent)."""
+    return not _checkpoint_files(path)
+
+
 def _checkpoint_files(path: str) -> List[str]:
     """The files of checkpoint prefix `path` (its .index and .data-* shards)."""
     return glob.glob(glob.escape(path) + ".index") + glob.glob(glob.escape(path) + ".data-*")
@@ -106,9 +128,7 @@ class CheckpointSeries:
         self.directory = directory
         self.keep = keep
         os.makedirs(directory, exist_ok=True)
-        state = tf.train.get_checkpoint_state(directory)
-        self.paths = [] if state is None else [
-            os.path.join(directory, p) for p in state.all_model_checkpoint_paths]
+        self.paths = listed_checkpoints(directory)
 
     @property
     def latest(self) -> Optional[str]:
@@ -240,44 +260,79 @@ class CheckpointStore:
 
     def restore_latest(self) -> Optional[Tuple[str, int]]:
         """Restores the newest intact checkpoint the index lists; returns (path, step), or None
-        when there is none. Damaged newer ones (missing, truncated or altered files) are moved
-        to archive/<time>/ with a warning; CheckpointError when none is intact or one does not
-        fit the model."""
-        damaged = []
+        when there is none. Listed checkpoints whose files are missing are dropped from the
+        index; damaged ones (truncated or altered files) are moved to archive/<time>/; both with
+        a warning. When no listed checkpoint is intact, the newest intact ckpt-N file in the
+        folder is used (and listed). CheckpointError when none is intact or one does not fit
+        the model."""
+        missing, damaged = [], []
         for path in reversed(self.series.paths):
+            if _missing(path):
+                missing.append(path)
+                logger.warning("Checkpoint %s is listed in %s but its files are missing "
+                               "(not damaged: absent).", path,
+                               os.path.join(self.directory, INDEX_FILE))
+                continue
             try:
                 step = self.restore(path)
             except DamagedCheckpointError as e:
                 damaged.append(path)
                 logger.warning("%s", e)
                 continue
-            if damaged:
-                self._set_aside(damaged, path)
+            if missing or damaged:
+                self._set_aside(missing, damaged, path)
             return path, step
-        if damaged:
+        restored = self._restore_unlisted(missing, damaged)
+        if restored:
+            return restored
+        if missing or damaged:
+            what = []
+            if missing:
+                what.append(f"the index lists {', '.join(missing)} whose files are missing")
+            if damaged:
+                what.append(f"{', '.join(damaged)} {'is' if len(damaged) == 1 else 'are'} "
+                            f"damaged (see the warnings above)")
             raise CheckpointError(
-                f"Every checkpoint in {self.directory} is damaged ({', '.join(damaged)}; see "
-                f"the warnings above). Resume from a copy with --resume-from PATH, or pass "
-                f"--reset-training to start over (they are moved to archive/, not deleted).")
+                f"No checkpoint in {self.directory} can be restored: {'; '.join(what)}, and no "
+                f"other ckpt-N file in the folder reads back intact. If the run was moved or "
+                f"copied, resume from the complete copy with --resume-from PATH; to start over "
+                f"instead, pass --reset-training (the files are moved to archive/, not "
+                f"deleted).")
         return None
 
-    def restore_latest_of(self, directory: str) -> Optional[Tuple[str, int]]:
-        """Restores the newest checkpoint of ANOTHER directory's index that restores intact (a
-        worker that is not the chief follows the chief's run) and changes nothing there;
-        returns (path, step), or None when it holds none."""
-        state = tf.train.get_checkpoint_state(directory)
-        paths = [] if state is None else [os.path.join(directory, p)
-                                          for p in state.all_model_checkpoint_paths]
-        for path in reversed(paths):
+    def _restore_unlisted(self, missing: List[str],
+                          damaged: List[str]) -> Optional[Tuple[str, int]]:
+        """No listed checkpoint restored: the newest intact ckpt-N in the folder that the index
+        does not list (an index written elsewhere, or by an older version) becomes the latest."""
+        listed = {os.path.normpath(p) for p in self.series.paths}
+        on_disk = checkpoints_on_disk(self.directory)
+        for path in reversed([p for p in on_disk if os.path.normpath(p) not in listed]):
             try:
-                return path, self.restore(path)
+                step = self.restore(path)
             except DamagedCheckpointError as e:
                 logger.warning("%s", e)
+                continue
+            if damaged:
+                self._set_aside([], damaged, path)
+            older = [p for p in on_disk if _step_of(p) <= _step_of(path)
+                     and os.path.normpath(p) not in {os.path.normpath(d) for d in damaged}]
+            self.series.write_index(older[-self._keep:])
+            logger.warning("Resuming from %s: the index of %s did not list it (%s); it now "
+                           "lists the intact checkpoints in the folder.", path, self.directory,
+                           "the checkpoints it listed are missing or damaged" if missing or damaged
+                           else "it listed none")
+            return path, step
         return None
 
-    def _set_aside(self, damaged: List[str], intact: str) -> None:
-        # The index stops naming the damaged checkpoints before their files move.
-        self.series.write_index([p for p in self.series.paths if p not in damaged])
+    def _set_aside(self, missing: List[str], damaged: List[str], intact: str) -> None:
+        # The index stops naming the missing and damaged checkpoints before the files move.
+        self.series.write_index([p for p in self.series.paths
+                                 if p not in missing and p not in damaged])
+        if missing:
+            logger.warning("Resuming from %s, the newest intact checkpoint; the index no longer "
+                           "lists %s, whose files are missing.", intact, ", ".join(missing))
+        if not damaged:
+            return
         target = self._archive_target()
         for path in damaged:
             for name in _checkpoint_files(path):
