@@ -66,13 +66,37 @@ class InGraphTokenizerTest(unittest.TestCase):
                         self.assertEqual(tokens[i, :lengths[i]].numpy().tolist(), want)
                         self.assertTrue(np.all(tokens[i, lengths[i]:].numpy() == 0))
 
+    NUMBER_TEXTS = ["In 1984 he paid $3.50 for 2 books.", "The 21st of May, 2023, at 7 pm.",
+                    "It rose 12.5% to 1,234,567 units, then 40 % more.",
+                    "\u00a320 and $1 and $0.01 and $5 and $1,000.05 and $.5.",
+                    "He was 101 in 1900, 2005, 2050, 1100, 2099, 0999 and 2100.",
+                    "The 1st, 2nd, 3rd, 4th, 11th, 12th, 20th, 22nd, 100th and 101st.",
+                    "0 and 00 and 3.14159 and 10.05 and 999999999999999999.",
+                    "Call 555-0199, or 2,50 or 1,0000 or 12,345,678,901; Dr. No at 3:45."]
+
+    def test_english_numbers_give_the_python_tokens(self):
+        for cleaner in ("english", "multilingual"):
+            cleaned = [clean_text(t, cleaner, "en") for t in self.NUMBER_TEXTS]
+            tokenizer = Tokenizer.build(cleaned, cleaner)
+            self.assertFalse(any(c.isdigit() for c in tokenizer.symbols[1:]), cleaner)
+            graph = InGraphTokenizer(tokenizer, self.LANGUAGES, max_tokens=1000)
+            tokens, lengths, _ = graph(self.NUMBER_TEXTS, ["en"] * len(self.NUMBER_TEXTS))
+            for i, text in enumerate(self.NUMBER_TEXTS):
+                with self.subTest(cleaner=cleaner, text=text):
+                    self.assertEqual(tokenizer.decode(tokens[i, :lengths[i]].numpy().tolist()),
+                                     cleaned[i])
+                    self.assertEqual(tokens[i, :lengths[i]].numpy().tolist(),
+                                     tokenizer.encode(cleaned[i]))
+
     def test_rejects_what_the_graph_cannot_clean(self):
         tokenizer = Tokenizer.build(["hello"], "multilingual")
         graph = InGraphTokenizer(tokenizer, self.LANGUAGES, max_tokens=8)
-        cases = [(["Room 42"], ["en"], "outside the model's vocabulary"),
+        cases = [(["R\u00f8d"], ["en"], "outside the model's vocabulary"),
                  (["Hello"], ["fr"], "Unknown language; this model knows en, de, es"),
                  (["  "], ["en"], "empty after cleaning"),
-                 (["hello hello"], ["en"], "longer than the model's 8 tokens")]
+                 (["hello hello"], ["en"], "longer than the model's 8 tokens"),
+                 # more digits than int64 holds stay digits (Python would spell them out)
+                 (["hello 1234567890123456789"], ["en"], "outside the model's vocabulary")]
         for texts, languages, message in cases:
             with self.subTest(texts=texts, languages=languages):
                 with self.assertRaisesRegex(tf.errors.InvalidArgumentError, message):

@@ -5,6 +5,7 @@ per-device memory figures.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import resource
@@ -14,6 +15,7 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 logger = logging.getLogger("myxtts.training")
 
@@ -103,9 +105,13 @@ class TrainingMonitor:
         self.memory_devices = list(memory_devices)
         self.train_writer = tf.summary.create_file_writer(os.path.join(directory, "train"))
         self.val_writer = tf.summary.create_file_writer(os.path.join(directory, "val"))
-        # disable=None: a bar on terminals only; log files get the periodic log lines instead.
+        # disable=None: a bar on terminals only. While it is shown, log records go through
+        # tqdm.write, which clears the bar, writes the line and draws the bar again below it.
         self.bar = tqdm(total=total_steps, initial=initial_step, unit="step", disable=None,
                         dynamic_ncols=True, mininterval=0.5)
+        self._redirect = contextlib.ExitStack()
+        if not self.bar.disable:
+            self._redirect.enter_context(logging_redirect_tqdm())
 
     def progress(self) -> None:
         """One optimizer step done (the figures next to the bar change at log time)."""
@@ -131,7 +137,7 @@ class TrainingMonitor:
             text += f", {int(scalars['nonfinite_steps'])} non-finite steps skipped so far"
         if self.memory_devices:
             text += f"; memory (current/peak) {_memory_text(scalars)}"
-        self._write(text)
+        logger.info("%s", text)
 
     def log_validation(self, step: int, scalars: Dict[str, float], images: Dict[str, np.ndarray],
                        audio: Dict[str, np.ndarray], improved: bool) -> None:
@@ -155,15 +161,10 @@ class TrainingMonitor:
                      f"{scalars['free_running/coverage']:.2f} (ended by stop "
                      f"{scalars['free_running/ended_by_stop']:.0%}, length ratio "
                      f"{scalars['free_running/length_ratio']:.2f})")
-        self._write(text + (" (best so far)" if improved else ""))
-
-    def _write(self, text: str) -> None:
-        if self.bar.disable:
-            logger.info("%s", text)
-        else:
-            self.bar.write(text)
+        logger.info("%s", text + (" (best so far)" if improved else ""))
 
     def close(self) -> None:
         self.bar.close()
+        self._redirect.close()
         self.train_writer.close()
         self.val_writer.close()
