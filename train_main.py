@@ -24,7 +24,7 @@ from absl import app, flags
 
 from myxtts import devices
 from myxtts.cli import UsageError, quiet_tensorflow_start, run_guarded, setup_logging
-from myxtts.config import XTTSConfig
+from myxtts.config import TrainingConfig, XTTSConfig
 from myxtts.data.metadata import check_separator, find_metadata
 from myxtts.errors import MyXTTSError
 from myxtts.finetune import (RESUME_CONFLICT, Source, continued_run, locate_source,
@@ -78,8 +78,9 @@ flags.DEFINE_integer("buffer-size", None, "Batches prefetched onto the data devi
 flags.DEFINE_integer("num-workers", None, "Parallel tf.data map calls; 0 = AUTOTUNE "
                      "(data.num_workers).")
 flags.DEFINE_boolean("validate-only", False, "Validate the dataset(s), print the summary table "
-                     "and statistics, write them to model_info.json in the checkpoint directory "
-                     "and exit: 0 when enough usable rows remain, non-zero with the reason.")
+                     "and statistics and exit: 0 when enough usable rows remain, non-zero with "
+                     "the reason. The statistics are saved to model_info.json only in a "
+                     "checkpoint directory you name (--checkpoint-dir or training.checkpoint_dir).")
 
 # ---- training -----------------------------------------------------------------------------------
 flags.DEFINE_string("checkpoint-dir", None, "Checkpoints, best/, tensorboard/, config.yaml, "
@@ -272,14 +273,19 @@ def _distribution(plan):
 def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
     """--validate-only: the dataset report and statistics, no training."""
     from myxtts.data.prepare import prepare_dataset  # pylint: disable=import-outside-toplevel
-    work_dir = config.training.checkpoint_dir
-    with _removed_if_not_started(work_dir):
+    # Statistics go into a run directory only when one is named (--checkpoint-dir, or
+    # training.checkpoint_dir in the config): a check writes nothing into runs/default.
+    named = (FLAGS["checkpoint-dir"].present
+             or config.training.checkpoint_dir != TrainingConfig().checkpoint_dir)
+    work_dir = config.training.checkpoint_dir if named else None
+    with _removed_if_not_started(work_dir) if named else contextlib.nullcontext():
         prepared = prepare_dataset(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
                                    work_dir=work_dir,
                                    base_vocabulary=source and source.vocab_path)
     print(prepared.report.table())
     print(f"\nvalidation rows: {prepared.val_source}")
-    print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}")
+    print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}" if named else
+          "statistics not saved (pass --checkpoint-dir to keep them in its model_info.json)")
     print(f"OK: {len(prepared.items['train'])} usable training rows "
           f"(data.min_train_items = {config.data.min_train_items}).")
     return 0

@@ -179,11 +179,16 @@ class CheckpointFaultsTest(unittest.TestCase):
         r = self.r
         self.assertEqual(r["missing_resumed"], {"path": "ckpt-3", "step": 3, "weights": 3.0,
                                                 "listed": ["ckpt-1", "ckpt-2", "ckpt-3"]})
-        self.assertIn("ckpt-4: it is damaged", " ".join(r["missing_warnings"]))
+        warnings = " ".join(r["missing_warnings"])
+        self.assertIn("ckpt-4 is listed in", warnings)
+        self.assertIn("its files are missing (not damaged: absent)", warnings)
+        self.assertNotIn("damaged (", warnings)
+        self.assertNotIn("archive", warnings)
 
     def test_every_checkpoint_damaged_is_an_error(self):
         r = self.r
-        self.assertIn("Every checkpoint in", r["all_damaged"])
+        self.assertIn("No checkpoint in", r["all_damaged"])
+        self.assertIn("ckpt-1 is damaged", r["all_damaged"])
         self.assertIn("--reset-training", r["all_damaged"])
         self.assertEqual(r["all_damaged_listed"], ["ckpt-1"])
 

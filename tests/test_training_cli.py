@@ -1,6 +1,7 @@
 """End to end through train_main.py on the bundled sample dataset, two logical CPU devices:
-loss falls, checkpoints and TensorBoard events appear, SIGTERM saves and exits, kill -9 then
-resume continues from the latest checkpoint, and the primary spec's command line starts.
+the README's command sequence with relative paths from a working folder (loss falls,
+checkpoints and TensorBoard events appear, Ctrl-C saves and exits, kill -9 then resume continues
+from the latest checkpoint, synthesize/export/evaluate), and the primary spec's command line.
 
     python -m pytest tests/test_training_cli.py -v
 """
@@ -9,6 +10,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,11 +19,13 @@ import time
 import unittest
 
 import pytest
+import tensorflow as tf
 import yaml
 
-from tests.device_harness import REPO, run_cli, run_probe
+from tests.device_harness import REPO, run_cli
 
 SAMPLE = os.path.join(REPO, "samples", "ljspeech_sample")
+TRAIN_MAIN = os.path.join(REPO, "train_main.py")
 STEP_LINE = re.compile(r"step (\d+) \(epoch \d+\): loss ([0-9.]+)")
 
 
@@ -37,12 +41,23 @@ def _lifecycle_config(path: str) -> str:
     return path
 
 
-def _start(args):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-               PYTHONUNBUFFERED="1")
-    return subprocess.Popen([sys.executable, os.path.join(REPO, "train_main.py"), *args],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+def _env():
+    """A user's environment: no TF_CPP_MIN_LOG_LEVEL (the commands keep one that is set)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    return dict(env, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+
+
+def _start(args, cwd):
+    return subprocess.Popen([sys.executable, TRAIN_MAIN, *args],
+                            cwd=cwd, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _run(args, cwd):
+    """`python ARGS` in `cwd`; returns (exit status, stdout + stderr)."""
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=600)
+    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _read_until(proc, pattern: str, timeout: float = 400):
@@ -59,52 +74,92 @@ def _read_until(proc, pattern: str, timeout: float = 400):
     raise AssertionError(f"'{pattern}' never appeared:\n{''.join(lines[-40:])}")
 
 
+def _listed(index_path: str):
+    with open(index_path, encoding="utf-8") as f:
+        return re.findall(r'all_model_checkpoint_paths: "([^"]+)"', f.read())
+
+
 @pytest.mark.slow
-class TrainingLifecycleTest(unittest.TestCase):
-    """One run directory: train → SIGTERM (save + exit) → resume → kill -9 → resume to the end."""
+class ReadmeSequenceTest(unittest.TestCase):
+    """The README's commands the way a user types them, from a working folder with relative
+    paths, on one run directory: train → Ctrl-C (save, exit 130, how to resume) → the same
+    command (resumes) → kill -9 → raise --max-steps (resumes at the next step) → the same
+    command again (nothing to train) → --resume-from into another folder → synthesize, export
+    and evaluate."""
 
     @classmethod
     def setUpClass(cls):
         cls.root = tempfile.mkdtemp()
-        cls.run_dir = os.path.join(cls.root, "run")
-        config = _lifecycle_config(os.path.join(cls.root, "tiny1.yaml"))
-        cls.base = ["--config", config, "--train-data", SAMPLE, "--checkpoint-dir", cls.run_dir]
+        os.makedirs(os.path.join(cls.root, "configs"))
+        os.makedirs(os.path.join(cls.root, "samples"))
+        shutil.copytree(SAMPLE, os.path.join(cls.root, "samples", "ljspeech_sample"))
+        _lifecycle_config(os.path.join(cls.root, "configs", "tiny1.yaml"))
+        cls.run_dir = os.path.join(cls.root, "runs", "tiny")
+        cls.base = ["--config", "configs/tiny1.yaml", "--train-data", "samples/ljspeech_sample",
+                    "--checkpoint-dir", "runs/tiny"]
 
-        # 1. Train until the checkpoint after the second validation, then SIGTERM.
-        proc = _start(cls.base + ["--max-steps", "1000"])
-        _, lines = _read_until(proc, r"Saved checkpoint \S+/run/ckpt-25 ")
-        proc.send_signal(signal.SIGTERM)
+        # 1. Train until the checkpoint after the second validation, then Ctrl-C (SIGINT).
+        proc = _start(cls.base + ["--max-steps", "1000"], cls.root)
+        _, lines = _read_until(proc, r"Saved checkpoint runs/tiny/ckpt-25 ")
+        proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=300)
         cls.first = "".join(lines) + rest
         cls.first_rc = proc.returncode
 
-        # 2. Resume, and kill -9 right after the next checkpoint is announced.
-        proc = _start(cls.base + ["--max-steps", "1000"])
-        match, lines = _read_until(proc, r"Saved checkpoint \S+/run/ckpt-(\d+) ")
+        # 2. The same command resumes; kill -9 right after the next checkpoint is announced.
+        proc = _start(cls.base + ["--max-steps", "1000"], cls.root)
+        match, lines = _read_until(proc, r"Saved checkpoint runs/tiny/ckpt-(\d+) ")
         proc.kill()
         proc.communicate(timeout=60)
         cls.second = "".join(lines)
         cls.killed_after = int(match.group(1))
 
-        # 3. Every checkpoint on disk must be readable.
-        cls.readable = run_probe(f"""
-from myxtts.training.checkpoints import checkpoint_step
-state = tf.train.get_checkpoint_state({cls.run_dir!r})
-print(json.dumps({{"latest": state.model_checkpoint_path,
-                   "steps": [checkpoint_step(p) for p in state.all_model_checkpoint_paths]}}))
-""")
-        latest = int(cls.readable["latest"].rsplit("-", 1)[1])
-        cls.latest = latest
+        # 3. Every checkpoint the index lists must be readable.
+        listed = _listed(os.path.join(cls.run_dir, "checkpoint"))
+        cls.readable = [int(tf.train.load_checkpoint(os.path.join(cls.run_dir, name))
+                            .get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")) for name in listed]
+        cls.latest = cls.readable[-1]
 
-        # 4. Resume to the end.
-        cls.final = run_cli(cls.base + ["--max-steps", str(latest + 3)])
+        # 4. Raise --max-steps: resumes after kill -9 and trains to the end; then again.
+        cls.final = _run([TRAIN_MAIN, *cls.base, "--max-steps", str(cls.latest + 3)],
+                         cls.root)
+        cls.again = _run([TRAIN_MAIN, *cls.base, "--max-steps", str(cls.latest + 3)],
+                         cls.root)
 
-    def test_sigterm_saves_and_exits_with_128_plus_signal(self):
-        self.assertEqual(self.first_rc, 128 + signal.SIGTERM, self.first[-3000:])
-        self.assertIn("SIGTERM received", self.first)
-        stopped = re.search(r"Training stopped at step (\d+) \(signal SIGTERM\)", self.first)
+        # 5. --resume-from the oldest checkpoint kept into another folder.
+        oldest = _listed(os.path.join(cls.run_dir, "checkpoint"))[0]
+        cls.branch_from = int(oldest.rsplit("-", 1)[1])
+        cls.branch = _run([TRAIN_MAIN, *cls.base[:4], "--checkpoint-dir", "runs/branch",
+                           "--resume-from", f"runs/tiny/{oldest}",
+                           "--max-steps", str(cls.branch_from + 2)], cls.root)
+
+        # 6. Speak, export and judge the run, as the README says.
+        cls.synthesize = _run(["-m", "myxtts.synthesize", "--checkpoint-dir", "runs/tiny",
+                               "--reference-audio", "samples/ljspeech_sample/wavs/S003.flac",
+                               "--text", "In the beginning God created the heaven.",
+                               "--output", "hello.wav", "--max-decoder-steps", "20"], cls.root)
+        cls.export = _run(["-m", "myxtts.export", "--checkpoint-dir", "runs/tiny",
+                           "--export-dir", "models/myxtts", "--max-decoder-steps", "20",
+                           "--griffin-lim-iters", "2"], cls.root)
+        cls.evaluate = _run(["-m", "myxtts.evaluate", "--checkpoint-dir", "runs/tiny", "--num",
+                             "10", "--output", "report.json", "--max-decoder-steps", "20",
+                             "--griffin-lim-iters", "2"], cls.root)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.root, ignore_errors=True)
+
+    def test_ctrl_c_saves_exits_130_and_says_how_to_resume(self):
+        self.assertEqual(self.first_rc, 128 + signal.SIGINT, self.first[-3000:])
+        self.assertIn("SIGINT received", self.first)
+        stopped = re.search(r"Training stopped at step (\d+) \(signal SIGINT\)", self.first)
         self.assertIsNotNone(stopped, self.first[-3000:])
-        self.assertRegex(self.first, rf"Saved checkpoint \S+/run/ckpt-{stopped.group(1)} ")
+        step = stopped.group(1)
+        self.assertIn(f"Saved checkpoint runs/tiny/ckpt-{step} ", self.first)
+        self.assertEqual(self.first.strip().splitlines()[-1],
+                         f"Interrupted at step {step}: run the same command again to resume "
+                         f"from runs/tiny/ckpt-{step} (nothing is lost).")
+        self.assertRegex(self.second, rf"Resumed from runs/tiny/ckpt-{step} at step {step} ")
 
     def test_model_and_optimizer_live_on_the_model_device(self):
         self.assertIn("Creating model on device: /CPU:1", self.first)
@@ -124,19 +179,15 @@ print(json.dumps({{"latest": state.model_checkpoint_path,
         for name in ("config.yaml", "vocab.json", "model_info.json"):
             self.assertTrue(os.path.exists(os.path.join(self.run_dir, name)), name)
 
-    def test_resume_continues_from_the_checkpoint(self):
-        self.assertRegex(self.second, r"Resumed from .*/ckpt-\d+ at step \d+")
-        resumed = int(re.search(r"Resumed from .*/ckpt-(\d+) at step", self.second).group(1))
-        self.assertGreater(self.killed_after, resumed)
-
     def test_kill_minus_9_leaves_only_readable_checkpoints(self):
         self.assertGreaterEqual(self.latest, self.killed_after)
-        self.assertTrue(self.readable["steps"])
+        self.assertTrue(self.readable)
 
-    def test_final_run_resumes_after_kill_and_finishes(self):
-        out = self.final.stdout + self.final.stderr
-        self.assertEqual(self.final.returncode, 0, out[-3000:])
-        self.assertIn(f"Resumed from {self.run_dir}/ckpt-{self.latest} at step {self.latest}", out)
+    def test_raising_max_steps_resumes_after_kill_and_finishes(self):
+        code, out = self.final
+        self.assertEqual(code, 0, out[-3000:])
+        self.assertNotIn("damaged", out)
+        self.assertIn(f"Resumed from runs/tiny/ckpt-{self.latest} at step {self.latest}", out)
         self.assertIn(f"Trained to step {self.latest + 3} (max_steps)", out)
         self.assertRegex(out, r"best validation loss \d+\.\d{4};")  # rounded
         self.assertTrue(os.path.exists(os.path.join(self.run_dir,
@@ -145,6 +196,37 @@ print(json.dumps({{"latest": state.model_checkpoint_path,
             info = json.load(f)
         self.assertEqual(info["steps_trained"], self.latest + 3)
         self.assertIsNotNone(info["best_val_loss"])
+
+    def test_the_same_command_again_trains_nothing(self):
+        code, out = self.again
+        self.assertEqual(code, 0, out[-3000:])
+        self.assertIn(f"Already at step {self.latest + 3} >= --max-steps {self.latest + 3}: "
+                      f"nothing to train.", out)
+
+    def test_resume_from_lists_only_the_folders_own_checkpoints(self):
+        code, out = self.branch
+        self.assertEqual(code, 0, out[-3000:])
+        first = self.branch_from
+        self.assertIn(f"Resumed from runs/tiny/ckpt-{first} (--resume-from) at step {first}",
+                      out)
+        self.assertEqual(_listed(os.path.join(self.root, "runs", "branch", "checkpoint")),
+                         [f"ckpt-{first + 2}"])
+
+    def test_synthesize_export_and_evaluate_take_relative_paths(self):
+        for name, (code, out) in (("synthesize", self.synthesize), ("export", self.export),
+                                  ("evaluate", self.evaluate)):
+            with self.subTest(name):
+                self.assertEqual(code, 0, out[-3000:])
+                for noise in ("I0000", "E0000", "Compiled cluster"):
+                    self.assertNotIn(noise, out)
+        self.assertTrue(os.path.isfile(os.path.join(self.root, "hello.wav")))
+        self.assertTrue(os.path.isfile(os.path.join(self.root, "models", "myxtts", "1",
+                                                    "saved_model.pb")))
+        with open(os.path.join(self.root, "report.json"), encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertEqual(report["num"], 3)
+        self.assertIn("--num 10: only 3 held-out sentence(s) can be evaluated", self.evaluate[1])
+        self.assertIn("pass --data", self.evaluate[1])
 
 
 @pytest.mark.slow

@@ -1,3 +1,3 @@
-"""Free-running evaluation: does a model say the text it is given? (DESIGN.md, "Judging a
-model"). metrics.py holds the measures, pure numpy, shared by the trainer's validation log and
+"""Free-running evaluation: does a model say the text it is given? (docs/evaluation.md).
+metrics.py holds the measures, pure numpy, shared by the trainer's validation log and
 `myxtts-evaluate`."""
