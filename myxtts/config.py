@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
 
 
@@ -297,10 +298,7 @@ class XTTSConfig:
     def to_yaml(self, path: Optional[str] = None) -> str:
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
         if path:
-            tmp = f"{path}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            atomic_write(path, text)
         return text
 
     def override(self, values: Mapping[str, Any], source: str = "command line",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from myxtts.atomic_write import atomic_write
 from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point,
                         load_synthesizer)
 from myxtts.config import XTTSConfig
@@ -317,11 +318,7 @@ def format_table(rows: Sequence[dict], summary: dict) -> str:
 
 
 def write_json(path: str, report: dict) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any, Dict
 
+from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
 
 FILENAME = "model_info.json"
@@ -47,16 +48,9 @@ def update_model_info(directory: str, **fields: Any) -> Dict[str, Any]:
     info = read_model_info(directory)
     info.update(fields)
     path = os.path.join(directory, FILENAME)
-    tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(info, f, indent=2, ensure_ascii=False, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False, sort_keys=True))
     except OSError as e:
-        if os.path.exists(tmp):
-            os.remove(tmp)
         raise ModelInfoError(f"Cannot write {path}: {e}. The previous version of the file is "
                              f"intact; if the disk is full, free space and run the same command "
                              f"again.") from None

@@ -19,6 +19,7 @@ import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts.data")
@@ -261,11 +262,8 @@ def split_rows(rows: Sequence[Row], val_fraction: float, seed: int,
     val = [r for r in rows if r.id in val_ids]
     if split_path and (saved is None or len(known) != len(saved["val_ids"]) +
                        len(saved["train_ids"])):
-        os.makedirs(os.path.dirname(os.path.abspath(split_path)), exist_ok=True)
-        tmp = f"{split_path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"seed": seed, "val_fraction": val_fraction,
-                       "val_ids": sorted(val_ids & known),
-                       "train_ids": sorted(known - val_ids)}, f, ensure_ascii=False, indent=0)
-        os.replace(tmp, split_path)
+        atomic_write(split_path, json.dumps({"seed": seed, "val_fraction": val_fraction,
+                                             "val_ids": sorted(val_ids & known),
+                                             "train_ids": sorted(known - val_ids)},
+                                            ensure_ascii=False, indent=0))
     return train, val

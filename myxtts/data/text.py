@@ -16,11 +16,11 @@ This module does not import TensorFlow.
 from __future__ import annotations
 
 import json
-import os
 import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
 
 PAD = "<pad>"
@@ -264,11 +264,7 @@ class Tokenizer:
 
     def save(self, path: str) -> None:
         """Writes vocab.json atomically (JSON, never pickle)."""
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self.to_json(), f, ensure_ascii=False, indent=1)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(self.to_json(), ensure_ascii=False, indent=1))
 
     @classmethod
     def load(cls, path: str) -> "Tokenizer":

@@ -41,6 +41,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from myxtts.atomic_write import atomic_write
 from myxtts.data import audio as audio_lib
 from myxtts.data import text as text_lib
 from myxtts.data.metadata import DatasetError, ParseProblem, Row
@@ -290,11 +291,8 @@ class AudioFactsCache:
         if not (self.path and self.dirty):
             return
         try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.tmp.{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"version": CACHE_VERSION, "entries": self.entries}, f)
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps({"version": CACHE_VERSION,
+                                                "entries": self.entries}))
         except OSError as e:
             logger.warning("Could not write the validation cache %s (%s); the next run will "
                            "decode every file again.", self.path, e)

@@ -48,6 +48,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
+from myxtts.atomic_write import atomic_write
 from myxtts.data.audio import LogMel
 from myxtts.inference.checkpoint_loading import (CONFIG_FILE, VOCAB_FILE, LoadedCheckpoint,
                                                  load_checkpoint)
@@ -205,10 +206,7 @@ def update_models_config(export_dir: str, model_name: str, base_path: str) -> st
     entry.name = model_name
     entry.base_path = base_path
     entry.model_platform = "tensorflow"
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text_format.MessageToString(config))
-    os.replace(tmp, path)
+    atomic_write(path, text_format.MessageToString(config))
     return path
 
 

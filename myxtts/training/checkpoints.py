@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
+from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
 
 logger = logging.getLogger("myxtts.training")
@@ -152,17 +153,7 @@ class CheckpointSeries:
         names = [os.path.relpath(p, self.directory) for p in paths]
         text = "".join([f'model_checkpoint_path: "{names[-1]}"\n'] +
                        [f'all_model_checkpoint_paths: "{name}"\n' for name in names])
-        index = os.path.join(self.directory, INDEX_FILE)
-        tmp = f"{index}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, index)
-        except OSError:
-            _remove([tmp])
-            raise
+        atomic_write(os.path.join(self.directory, INDEX_FILE), text)
         self.paths = list(paths)
 
 

@@ -18,6 +18,7 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
+from myxtts.atomic_write import atomic_write
 from myxtts.config import ConfigError
 from myxtts.data import audio as audio_lib
 from myxtts.data import cache as cache_lib
@@ -91,9 +92,7 @@ def teacher_forced_mels(acoustic_dir: str, items, config, out_dir: str,
         np.save(paths[item.id], out[0, :frames].numpy().astype(np.float32), allow_pickle=False)
         if n % 100 == 0:
             logger.info("  %d/%d teacher-forced mels", n, len(todo))
-    tmp = manifest_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"checkpoint": checkpoint, "items": len(items)}, f, indent=2)
-    os.replace(tmp, manifest_path)
+    atomic_write(manifest_path, json.dumps({"checkpoint": checkpoint, "items": len(items)},
+                                           indent=2))
     logger.info("Wrote %d teacher-forced mels to %s.", len(todo), out_dir)
     return paths
