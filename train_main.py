@@ -30,6 +30,8 @@ from myxtts.errors import MyXTTSError
 from myxtts.finetune import (RESUME_CONFLICT, Source, continued_run, locate_source,
                              warm_start_config)
 from myxtts.model_info import read_model_info
+from myxtts.run_directory import (CONFIG_FILE, GTA_DIR, MODEL_INFO_FILE, TENSORBOARD_DIR,
+                                  VOCAB_FILE)
 
 FLAGS = flags.FLAGS
 logger = logging.getLogger("myxtts")
@@ -203,7 +205,7 @@ def _check_run_files(work_dir: str) -> None:
     """model_info.json and config.yaml from an earlier run in `work_dir` must parse: training
     merges into the first and rewrites the second, and neither is overwritten unread."""
     read_model_info(work_dir)
-    path = os.path.join(work_dir, "config.yaml")
+    path = os.path.join(work_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         return
     try:
@@ -284,7 +286,7 @@ def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
                                    base_vocabulary=source and source.vocab_path)
     print(prepared.report.table())
     print(f"\nvalidation rows: {prepared.val_source}")
-    print(f"statistics written to {os.path.join(work_dir, 'model_info.json')}" if named else
+    print(f"statistics written to {os.path.join(work_dir, MODEL_INFO_FILE)}" if named else
           "statistics not saved (pass --checkpoint-dir to keep them in its model_info.json)")
     print(f"OK: {len(prepared.items['train'])} usable training rows "
           f"(data.min_train_items = {config.data.min_train_items}).")
@@ -326,7 +328,7 @@ def _report(summary, what: str, measure: str, work_dir: str) -> int:
     best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
     print(f"Trained {what}to step {summary.step} ({summary.reason}); checkpoint "
           f"{summary.checkpoint}; best {measure} {best}; TensorBoard: tensorboard --logdir "
-          f"{os.path.join(work_dir, 'tensorboard')}")
+          f"{os.path.join(work_dir, TENSORBOARD_DIR)}")
     if not summary.reason.startswith("signal"):
         return 0
     import signal  # pylint: disable=import-outside-toplevel
@@ -362,7 +364,7 @@ def train_vocoder(config: XTTSConfig, plan) -> int:
             from myxtts.vocoder.gta import teacher_forced_mels
             pipeline.use_teacher_forced_mels(teacher_forced_mels(
                 FLAGS["gta-from"].value, pipeline.items["train"], config,
-                os.path.join(work_dir, "gta"), plan.model_device))
+                os.path.join(work_dir, GTA_DIR), plan.model_device))
         logger.info("Vocoder will be placed on %s; segments are featurized on %s.",
                     plan.model_device, plan.data_device)
         trainer = VocoderTrainer(config, model_device=plan.model_device,
@@ -375,12 +377,12 @@ def train_vocoder(config: XTTSConfig, plan) -> int:
 def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:
     """A model resumed from another directory must keep that run's token ids: copy its
     vocab.json into an empty --checkpoint-dir before the pipeline builds a vocabulary."""
-    target = os.path.join(work_dir, "vocab.json")
+    target = os.path.join(work_dir, VOCAB_FILE)
     if os.path.exists(target):
         return
     base = resume_from if os.path.isdir(resume_from) else os.path.dirname(resume_from)
     for folder in (base, os.path.dirname(base)):
-        source = os.path.join(folder, "vocab.json")
+        source = os.path.join(folder, VOCAB_FILE)
         if os.path.exists(source):
             os.makedirs(work_dir, exist_ok=True)
             shutil.copyfile(source, target)

@@ -119,6 +119,16 @@ def entry_point(main: Main) -> Tuple[Main, Callable[[], None]]:
     return guarded_main, run
 
 
+@contextlib.contextmanager
+def flag_hint(hint: str, *errors: type) -> Iterator[None]:
+    """Library errors name the problem and the value; a command adds which flag to change: an
+    error of one of `errors` raised inside the block gets `hint` appended."""
+    try:
+        yield
+    except errors as e:
+        raise type(e)(f"{e} {hint}") from None
+
+
 # ---- the model-loading flags of the commands that use a trained run -----------------------
 
 def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
@@ -167,12 +177,21 @@ def load_synthesizer(args: argparse.Namespace):
     here, quietly unless --verbose)."""
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     with quiet_tensorflow_start(args.verbose):
-        from myxtts.inference.checkpoint_loading import load_checkpoint
+        from myxtts.inference.checkpoint_loading import (CheckpointMismatchError,
+                                                         CheckpointNotFoundError, load_checkpoint)
         from myxtts.inference.synthesizer import Synthesizer
-        from myxtts.inference.vocoding import load_vocoder
-    loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
+        from myxtts.inference.vocoding import VocoderError, load_vocoder
+    with flag_hint(f"(--checkpoint-dir {args.checkpoint_dir}, --checkpoint "
+                   f"{args.checkpoint or 'latest'}: pass the folder train_main.py wrote and "
+                   f"'latest', 'best' or a ckpt-N.)", CheckpointNotFoundError,
+                   CheckpointMismatchError):
+        loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
     vocoder_dir = getattr(args, "vocoder_dir", None)
-    vocoder = (load_vocoder(vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
-               if vocoder_dir else None)
+    vocoder = None
+    if vocoder_dir:
+        with flag_hint(f"(--vocoder-dir {vocoder_dir}, --vocoder-checkpoint "
+                       f"{args.vocoder_checkpoint or 'latest'}: pass the --checkpoint-dir of a "
+                       f"`train_main.py --stage vocoder` run.)", VocoderError):
+            vocoder = load_vocoder(vocoder_dir, loaded.config.data, args.vocoder_checkpoint)
     return Synthesizer(loaded, max_decoder_steps=args.max_decoder_steps,
                        griffin_lim_iterations=args.griffin_lim_iters, vocoder=vocoder)

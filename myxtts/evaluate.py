@@ -21,7 +21,6 @@ import dataclasses
 import json
 import logging
 import os
-import re
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
@@ -35,6 +34,7 @@ from myxtts.data import metadata as metadata_lib
 from myxtts.data.metadata import DatasetError, Row
 from myxtts.evaluation import metrics
 from myxtts.model_info import read_model_info
+from myxtts.run_directory import CONFIG_FILE, SPLIT_FILE, step_of
 
 if TYPE_CHECKING:  # both import TensorFlow, which waits until the arguments are checked
     from myxtts.data.validation import Item
@@ -42,7 +42,6 @@ if TYPE_CHECKING:  # both import TensorFlow, which waits until the arguments are
 
 logger = logging.getLogger("myxtts")
 
-CONFIG_FILE = "config.yaml"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,7 +127,7 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
         val_speaker = os.path.basename(os.path.dirname(os.path.abspath(val_metadata)))
         val_rows, _ = metadata_lib.read_metadata(val_metadata, val_speaker, d.default_language)
         return Sentences(val_rows, rows, data_dir, f"the run's validation rows {val_metadata}")
-    split_path = os.path.join(checkpoint_dir, metadata_lib.SPLIT_FILE)
+    split_path = os.path.join(checkpoint_dir, SPLIT_FILE)
     if os.path.isfile(split_path):
         with open(split_path, encoding="utf-8") as f:
             val_ids = set(json.load(f)["val_ids"])
@@ -137,7 +136,7 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
         _, val_rows = metadata_lib.split_rows(rows, d.val_fraction, d.seed, None)
         val_ids = {r.id for r in val_rows}
         source = (f"the seeded validation split of {metadata_path} (val_fraction "
-                  f"{d.val_fraction:g}, seed {d.seed}; no {metadata_lib.SPLIT_FILE} saved)")
+                  f"{d.val_fraction:g}, seed {d.seed}; no {SPLIT_FILE} saved)")
     return Sentences([r for r in rows if r.id in val_ids],
                      [r for r in rows if r.id not in val_ids], data_dir, source)
 
@@ -190,11 +189,6 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
 
 
 # ---- measuring ---------------------------------------------------------------------------------
-
-def checkpoint_step(path: str) -> Optional[int]:
-    match = re.search(r"ckpt-(\d+)$", path)
-    return int(match.group(1)) if match else None
-
 
 def _wer_fields(recognizer, text: str, audio: Dict[str, np.ndarray], rate: int) -> dict:
     out = {}
@@ -344,7 +338,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows = evaluate(synth, picks, recognizer)
     summary = summarize(rows)
     report = {"checkpoint": synth.loaded.checkpoint_path,
-              "step": checkpoint_step(synth.loaded.checkpoint_path),
+              "step": step_of(synth.loaded.checkpoint_path),
               "data": os.path.abspath(sentences.data_dir), "sentences_from": sentences.source,
               "num": len(rows), "seed": args.seed,
               "max_decoder_steps": synth.max_decoder_steps,

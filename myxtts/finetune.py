@@ -23,16 +23,13 @@ from myxtts.config import XTTSConfig, from_source_keys
 from myxtts.data import metadata as metadata_lib
 from myxtts.data.text import Tokenizer
 from myxtts.model_info import read_model_info
+from myxtts.run_directory import BEST_DIR, CONFIG_FILE, INDEX_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts")
 
 RESUME_CONFLICT = ("--init-from and --resume-from contradict each other: --init-from starts a "
                    "new run from another run's weights, --resume-from continues a run. Pass one "
                    "of them.")
-CONFIG_FILE = "config.yaml"
-VOCAB_FILE = "vocab.json"
-INDEX_FILE = "checkpoint"
-BEST_DIR = "best"
 
 
 @dataclasses.dataclass(frozen=True)

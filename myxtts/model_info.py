@@ -12,8 +12,8 @@ from typing import Any, Dict
 
 from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
+from myxtts.run_directory import MODEL_INFO_FILE
 
-FILENAME = "model_info.json"
 
 
 class ModelInfoError(MyXTTSError, ValueError):
@@ -23,7 +23,7 @@ class ModelInfoError(MyXTTSError, ValueError):
 def read_model_info(directory: str) -> Dict[str, Any]:
     """The content of directory/model_info.json ({} when there is none). A file that is not a
     JSON object (e.g. after a hand edit) is an error, so it is never overwritten unread."""
-    path = os.path.join(directory, FILENAME)
+    path = os.path.join(directory, MODEL_INFO_FILE)
     if not os.path.exists(path):
         return {}
     try:
@@ -47,7 +47,7 @@ def update_model_info(directory: str, **fields: Any) -> Dict[str, Any]:
     os.makedirs(directory, exist_ok=True)
     info = read_model_info(directory)
     info.update(fields)
-    path = os.path.join(directory, FILENAME)
+    path = os.path.join(directory, MODEL_INFO_FILE)
     try:
         atomic_write(path, json.dumps(info, indent=2, ensure_ascii=False, sort_keys=True))
     except OSError as e:

@@ -20,7 +20,7 @@ import os
 import time
 from typing import List, Optional, Sequence
 
-from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point,
+from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
                         load_synthesizer, require_path)
 
 logger = logging.getLogger("myxtts")
@@ -86,8 +86,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import soundfile as sf
 
     synth = load_synthesizer(args)
+    from myxtts.inference.synthesizer import UnknownLanguageError
     language = args.language or synth.config.data.default_language
-    language_id = synth.language_id(language)
+    with flag_hint("Pass one of them to --language.", UnknownLanguageError):
+        language_id = synth.language_id(language)
     encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio
     latents = synth.speaker_latents(args.reference_audio)
     for ids, path in zip(encoded, paths):

@@ -76,12 +76,27 @@ class ConfigTest(unittest.TestCase):
         with self.assertRaisesRegex(ConfigError, "command line: unknown key 'data.bogus'"):
             XTTSConfig().override({"data.bogus": 1})
 
+    def test_a_misspelled_key_names_the_closest_one(self):
+        cases = [({"training": {"learning_rte": 1e-3}}, "did you mean `learning_rate`?"),
+                 ({"model": {"learning_rate": 1e-3}},
+                  "did you mean `training.learning_rate`, in the training section?"),
+                 ({"trainin": {}}, "unknown section 'trainin' (did you mean `training`?)")]
+        for raw, hint in cases:
+            with self.subTest(raw=raw):
+                with self.assertRaises(ConfigError) as error:
+                    XTTSConfig.from_dict(raw, "x.yaml")
+                self.assertIn(hint, str(error.exception))
+        with self.assertRaises(ConfigError) as error:
+            XTTSConfig.from_dict({"data": {"zzz": 1}}, "x.yaml")
+        self.assertNotIn("did you mean", str(error.exception))
+
     def test_every_field_documented(self):
         self.assertNotIn("|  |", markdown_reference())
 
-    def test_config_module_does_not_import_tensorflow(self):
+    def test_modules_used_before_tensorflow_do_not_import_it(self):
         import subprocess
-        code = ("import sys, myxtts.config, myxtts.devices;"
+        code = ("import sys, myxtts.config, myxtts.devices, myxtts.cli, myxtts.run_directory, "
+                "myxtts.atomic_write, myxtts.finetune, myxtts.model_info;"
                 "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
         self.assertEqual(subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode, 0)
 

@@ -17,7 +17,8 @@ from unittest import mock
 import librosa
 import pytest
 
-from myxtts.data.metadata import SPLIT_FILE, DatasetError, read_metadata, split_rows
+from myxtts.data.metadata import DatasetError, read_metadata, split_rows
+from myxtts.run_directory import SPLIT_FILE
 from myxtts.evaluate import find_sentences, guarded_main, pick_sentences
 from myxtts.evaluation.metrics import word_error_rate
 from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer

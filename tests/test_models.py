@@ -169,6 +169,32 @@ class GenerateTest(ModelTestCase):
             bias.assign(saved)
         np.testing.assert_array_equal(out["mel_lengths"].numpy(), [2, 2])
 
+    def test_a_decode_driven_in_chunks_equals_the_whole_decode(self):
+        """start_decode, then decode_steps a few steps per call (separate tf.functions, as a
+        streaming driver runs them): the same frames, lengths and alignments as one decode,
+        and each partial state's frames are a prefix of the final mel."""
+        args = self._inputs(token_lengths=(7, 5))
+        whole = self.model.generate(*args, max_steps=32, stop_threshold=0.99999)
+        start = tf.function(lambda *a: self.model.start_decode(*a, max_steps=32))
+        run = tf.function(lambda state: self.model.decode_steps(state, 5, 0.99999))
+        state = start(*args)
+        self.assertEqual(int(state.step), 0)
+        steps = []
+        while not bool(tf.reduce_all(state.done)):
+            before = int(state.step)
+            state = run(state)
+            steps.append(int(state.step) - before)
+            # Frames with the postnet's full right context decoded are final.
+            final = int(state.step) * self.r - self.model.postnet.receptive_field
+            self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"][:, :final],
+                                           whole["mel"][:, :final]), 1e-4)
+        self.assertEqual(steps[:-1], [5] * (len(steps) - 1))
+        out = self.model.decoded(state)
+        np.testing.assert_array_equal(out["mel_lengths"].numpy(), whole["mel_lengths"].numpy())
+        self.assertLessEqual(_max_diff(out["mel"], whole["mel"]), 1e-5)
+        self.assertLessEqual(_max_diff(out["alignments"], whole["alignments"]), 1e-5)
+        np.testing.assert_array_equal(out["stopped"].numpy(), whole["stopped"].numpy())
+
     def test_xla_decode_matches_graph_decode(self):
         args = self._inputs()
         graph = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)

@@ -32,7 +32,6 @@ FFMPEG_EXTENSIONS = (".m4a", ".m4b", ".aac", ".mp4", ".webm", ".mka", ".wma", ".
 AUDIO_EXTENSIONS = SOUNDFILE_EXTENSIONS + FFMPEG_EXTENSIONS
 HEADER_FIRST_FIELDS = {"id", "file", "filename", "file_name", "audio", "audio_file", "wav",
                        "path", "utt", "utterance"}
-SPLIT_FILE = "data_split.json"
 # Separators people use instead of '|', most telling first.
 WRONG_SEPARATORS = (("\t", "tab"), (";", "semicolon"), (",", "comma"))
 

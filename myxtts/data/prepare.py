@@ -18,10 +18,10 @@ from myxtts.data import validation
 from myxtts.data.text import TextError, Tokenizer
 from myxtts.data.validation import Item, ValidationReport
 from myxtts.model_info import update_model_info
+from myxtts.run_directory import SPLIT_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts.data")
 
-VOCAB_FILE = "vocab.json"
 
 
 @dataclasses.dataclass
@@ -81,7 +81,7 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
                                                             d.default_language)
         val_source = os.path.abspath(val_metadata)
     else:
-        split_path = os.path.join(work_dir or cache_dir, metadata_lib.SPLIT_FILE)
+        split_path = os.path.join(work_dir or cache_dir, SPLIT_FILE)
         train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
                                                        split_path)
         val_problems = []

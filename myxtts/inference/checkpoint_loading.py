@@ -22,12 +22,10 @@ from myxtts.data.text import Tokenizer
 from myxtts.errors import MyXTTSError
 from myxtts.model_info import read_model_info
 from myxtts.models.xtts import XTTSModel
+from myxtts.run_directory import (BEST_DIR, CONFIG_FILE, VOCAB_FILE, available_checkpoints,
+                                  find_checkpoint, strip_file_suffix)
 
 logger = logging.getLogger("myxtts.inference")
-
-CONFIG_FILE = "config.yaml"
-VOCAB_FILE = "vocab.json"
-BEST_DIR = "best"
 
 
 class CheckpointNotFoundError(MyXTTSError, FileNotFoundError):
@@ -50,52 +48,35 @@ class LoadedCheckpoint:
     model_info: Dict[str, Any]
 
 
-def _available(directory: str) -> List[str]:
-    found = []
-    for folder in (directory, os.path.join(directory, BEST_DIR)):
-        state = tf.train.get_checkpoint_state(folder)
-        if state is not None:
-            found += [os.path.relpath(p, directory) for p in state.all_model_checkpoint_paths]
-    return found
-
-
 def resolve_checkpoint(directory: str, checkpoint: Optional[str] = None) -> str:
     """The checkpoint prefix to load: `checkpoint` None/"latest" → newest ckpt-N, "best" →
     best/, else a prefix (absolute, or relative to `directory`; a trailing .index is fine)."""
     if not os.path.isdir(directory):
         raise CheckpointNotFoundError(
-            f"--checkpoint-dir {directory} does not exist. Pass the directory train_main.py "
-            f"wrote (its --checkpoint-dir, holding ckpt-N files, config.yaml and vocab.json).")
+            f"The checkpoint directory {directory} does not exist: it should be the directory "
+            f"train_main.py wrote (holding ckpt-N files, config.yaml and vocab.json).")
     for name in (CONFIG_FILE, VOCAB_FILE):
         if not os.path.isfile(os.path.join(directory, name)):
             raise CheckpointNotFoundError(
                 f"{directory} has no {name}, so it is not a myxtts checkpoint directory "
                 f"(train_main.py writes {CONFIG_FILE} and {VOCAB_FILE} next to the ckpt-N "
-                f"files). Pass the --checkpoint-dir used for training.")
+                f"files).")
+    path = find_checkpoint(directory, checkpoint)
+    if path is not None:
+        return path
+    available = ", ".join(available_checkpoints(directory)) or "none"
     if checkpoint in (None, "", "latest"):
-        path = tf.train.latest_checkpoint(directory)
-        if path is None:
-            raise CheckpointNotFoundError(
-                f"{directory} holds no checkpoint yet (no 'checkpoint' file pointing at ckpt-N "
-                f"files): train first (train_main.py --checkpoint-dir {directory} ...), or pass "
-                f"--checkpoint best if only best/ exists.")
-        return path
+        raise CheckpointNotFoundError(
+            f"{directory} holds no checkpoint yet (no 'checkpoint' index pointing at ckpt-N "
+            f"files; available: {available}): train first (train_main.py --checkpoint-dir "
+            f"{directory} ...), or load 'best' if only best/ exists.")
     if checkpoint == BEST_DIR:
-        path = tf.train.latest_checkpoint(os.path.join(directory, BEST_DIR))
-        if path is None:
-            raise CheckpointNotFoundError(
-                f"{directory} has no best checkpoint ({BEST_DIR}/ is written after the first "
-                f"validation). Available: {', '.join(_available(directory)) or 'none'}; omit "
-                f"--checkpoint for the latest.")
-        return path
-    prefix = checkpoint[: -len(".index")] if checkpoint.endswith(".index") else checkpoint
-    for candidate in (prefix, os.path.join(directory, prefix)):
-        if os.path.isfile(candidate + ".index"):
-            return candidate
+        raise CheckpointNotFoundError(
+            f"{directory} has no best checkpoint ({BEST_DIR}/ is written after the first "
+            f"validation). Available: {available}; or load the latest.")
     raise CheckpointNotFoundError(
-        f"--checkpoint {checkpoint}: no such checkpoint ({prefix}.index not found, also not "
-        f"under {directory}). Available: {', '.join(_available(directory)) or 'none'}; or pass "
-        f"'best', or omit --checkpoint for the latest.")
+        f"No checkpoint {checkpoint!r} in {directory} ({strip_file_suffix(checkpoint)}.index "
+        f"not found there or as given). Available: {available}; or 'best', or the latest.")
 
 
 def _unreachable_weights(root, model: keras.Model) -> List[str]:

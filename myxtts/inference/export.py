@@ -50,12 +50,11 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from myxtts.atomic_write import atomic_write
 from myxtts.data.audio import LogMel
-from myxtts.inference.checkpoint_loading import (CONFIG_FILE, VOCAB_FILE, LoadedCheckpoint,
-                                                 load_checkpoint)
+from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.text_graph import InGraphTokenizer
 from myxtts.inference.vocoding import (GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, load_vocoder,
                                        trim_to_longest)
-from myxtts.model_info import FILENAME as MODEL_INFO_FILE
+from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts.inference")
 

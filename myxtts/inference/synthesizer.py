@@ -126,8 +126,7 @@ class Synthesizer:
         if index is None:
             raise UnknownLanguageError(
                 f"Unknown language {language!r}: this model was trained with "
-                f"{', '.join(self.languages)} (data.languages in its config.yaml). Pass one of "
-                f"them to --language.")
+                f"{', '.join(self.languages)} (data.languages in its config.yaml).")
         return index
 
     def encode(self, text: str, language: str) -> List[int]:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 from myxtts.inference.griffin_lim import GriffinLim
+from myxtts.run_directory import CONFIG_FILE, find_checkpoint
 
 logger = logging.getLogger("myxtts.inference")
 
@@ -73,7 +74,7 @@ class GriffinLimVocoder:
 
 
 class VocoderError(MyXTTSError, ValueError):
-    """A --vocoder-dir that is not a usable vocoder checkpoint, or one that does not fit the
+    """A vocoder directory that is not a usable vocoder checkpoint, or one that does not fit the
     acoustic model's features."""
 
 
@@ -115,30 +116,26 @@ def load_vocoder(directory: str, data_config=None,
     acoustic model's), raises VocoderError when the two were trained on different features."""
     # pylint: disable=import-outside-toplevel  (keeps this module light for Griffin-Lim users)
     from myxtts.vocoder.generator import build_generator
-    config_path = os.path.join(directory, "config.yaml")
+    config_path = os.path.join(directory, CONFIG_FILE)
     if not os.path.isfile(config_path):
-        raise VocoderError(f"--vocoder-dir {directory} has no config.yaml: pass the "
-                           f"--checkpoint-dir of a `train_main.py --stage vocoder` run.")
+        raise VocoderError(f"The vocoder directory {directory} has no {CONFIG_FILE}: it should "
+                           f"be the --checkpoint-dir of a `train_main.py --stage vocoder` run.")
     config = XTTSConfig.from_yaml(config_path)
-    folder = os.path.join(directory, "best") if checkpoint == "best" else directory
-    path = (tf.train.latest_checkpoint(folder) if checkpoint in (None, "", "latest", "best")
-            else checkpoint if os.path.isfile(f"{checkpoint}.index")
-            else os.path.join(directory, checkpoint))
-    if not path or not os.path.isfile(f"{path}.index"):
-        raise VocoderError(f"--vocoder-dir {directory}: no vocoder checkpoint found "
-                           f"({checkpoint or 'latest'}); train one with train_main.py --stage "
-                           f"vocoder --checkpoint-dir {directory}.")
+    path = find_checkpoint(directory, checkpoint)
+    if path is None:
+        raise VocoderError(f"No vocoder checkpoint ({checkpoint or 'latest'}) in {directory}; "
+                           f"train one with train_main.py --stage vocoder --checkpoint-dir "
+                           f"{directory}.")
     names = {name for name, _ in tf.train.list_variables(path)}
     if not any(name.startswith("generator/") for name in names):
-        raise VocoderError(f"--vocoder-dir {directory}: {path} holds no vocoder generator (is "
-                           f"it an acoustic-model checkpoint? Pass it as --checkpoint-dir and the "
-                           f"vocoder's directory as --vocoder-dir).")
+        raise VocoderError(f"{path} holds no vocoder generator: is it an acoustic-model "
+                           f"checkpoint? The acoustic model and the vocoder are separate runs.")
     if data_config is not None:
         mismatch = [f"data.{f} {getattr(config.data, f)!r} (vocoder) vs "
                     f"{getattr(data_config, f)!r} (acoustic model)" for f in FEATURE_FIELDS
                     if getattr(config.data, f) != getattr(data_config, f)]
         if mismatch:
-            raise VocoderError(f"--vocoder-dir {directory} was trained on other mel features "
+            raise VocoderError(f"The vocoder {directory} was trained on other mel features "
                                f"than the acoustic model: {'; '.join(mismatch)}. Train the "
                                f"vocoder with the acoustic model's data section.")
     keras.mixed_precision.set_global_policy("float32")
@@ -147,7 +144,7 @@ def load_vocoder(directory: str, data_config=None,
         tf.train.Checkpoint(generator=generator).restore(path).expect_partial() \
             .assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
-        raise VocoderError(f"--vocoder-dir {directory}: {path} does not fit the generator its "
+        raise VocoderError(f"The vocoder checkpoint {path} does not fit the generator its "
                            f"config.yaml describes ({str(e).splitlines()[0][:200]}).") from None
     logger.info("Loaded the %s vocoder %s (generator weights only).", generator.vocoder_name,
                 path)

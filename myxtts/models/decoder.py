@@ -90,6 +90,13 @@ class Postnet(keras.layers.Layer):
                                 activation=None if i == n - 1 else "tanh", name=f"conv_{i}")
             for i in range(n)])
 
+    @property
+    def receptive_field(self) -> int:
+        """Frames of context on EACH side that an output frame depends on ("same" padding:
+        (kernel - 1) / 2 per convolution). A streaming driver gives every chunk that many
+        frames of left and right context."""
+        return sum((conv.kernel_size[0] - 1) // 2 for conv in self.convs)
+
     def build(self, input_shape=None):
         channels = self.n_mels
         for conv in self.convs:

@@ -22,7 +22,16 @@ Public API (docs/model.md has the diagram and the contracts):
 
 `generate` also takes keyword-only `stop_threshold`, `use_cache` (False = full-recompute
 reference path) and `jit_compile`. `decode` is the graph-building body of `generate` for callers
-that wrap it in their own tf.function (the SavedModel exporter). The output length of `generate`
+that wrap it in their own tf.function (the SavedModel exporter). Both drive one decode API:
+
+    state = model.start_decode(tokens, token_lengths, language_ids, latents, max_steps)
+    state = model.decode_steps(state, n, stop_threshold)   # up to n more steps; repeatable
+    out = model.decoded(state)                             # generate's outputs so far
+    model.postnet.receptive_field                          # frames of context a chunk needs
+
+A DecodeState holds the step, the KV caches, the frame and alignment buffers, which items are
+done and their lengths (every field a tensor), so a driver can run the decode a few steps at a
+time across tf.function calls (streaming) or hand the state through a signature. The output length of `generate`
 is static (max_steps * r, max_steps defaulting to model.max_decoder_steps) so it compiles with XLA
 and exports with fixed shapes; slice each item with mel_lengths.
 
@@ -34,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
 import keras
 import tensorflow as tf
@@ -52,6 +61,48 @@ class _FunctionCache:
 
     def __init__(self):
         self.functions = {}
+
+
+class DecodeState(NamedTuple):
+    """Everything an autoregressive decode carries from one step to the next
+    (`XTTSModel.start_decode` → `decode_steps` → ... → `decoded`). Every field is a tensor or a
+    tuple of tensors, so a state passes through tf.while_loop, between tf.function calls and
+    through SavedModel signatures. S = the decode's maximum steps, B = items, T = text tokens,
+    H heads of Dh dimensions, r = model.reduction_factor."""
+
+    step: tf.Tensor  # int32 []: decoder steps run so far (the next slot written)
+    frames: tf.Tensor  # float32 [S, B, r * n_mels]: each step's frames before the postnet
+    alignments: tf.Tensor  # float32 [S, B, T]: each step's text attention (last block's mean)
+    done: tf.Tensor  # bool [B]: the item has ended
+    lengths: tf.Tensor  # int32 [B]: mel frames of an ended item (0 while it runs)
+    by_stop: tf.Tensor  # bool [B]: the stop head ended it (not the length cap)
+    peaks: tf.Tensor  # int32 [B]: furthest text position attended (the attention window)
+    previous: tf.Tensor  # float32 [B, r * n_mels]: the last step's frames, the next input
+    caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
+    memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
+    text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
+    limit: tf.Tensor  # int32 [B]: the item's length cap in steps
+
+
+def _open(value: tf.Tensor, axis: int = 0) -> tf.TensorShape:
+    """The shape of `value` with dimension `axis` (the batch) left unknown."""
+    dims = value.shape.as_list()
+    if dims:
+        dims[axis] = None
+    return tf.TensorShape(dims)
+
+
+def _invariants(state: DecodeState) -> DecodeState:
+    """tf.while_loop shape invariants of a DecodeState: the batch dimension is left open (axis 1
+    of the slot-major buffers, 0 elsewhere): a retraced function (other text lengths) may see it
+    unknown in the body while the initial values know it, which tf.while_loop rejects."""
+    slot_major = {"frames", "alignments"}
+    return DecodeState(**{
+        name: (tf.TensorShape([]) if name == "step" else
+               _open(value, 1) if name in slot_major else
+               tuple((_open(ck, 1), _open(cv, 1), _open(fw)) for ck, cv, fw in value)
+               if name == "caches" else tf.nest.map_structure(_open, value))
+        for name, value in state._asdict().items()})
 
 
 class XTTSModel(keras.Model):
@@ -139,7 +190,10 @@ class XTTSModel(keras.Model):
 
     def decode(self, tokens, token_lengths, language_ids, latents, max_steps: int,
                stop_threshold: float, use_cache: bool = True) -> Dict[str, tf.Tensor]:
-        """Graph body of `generate` (a tf.while_loop); call it inside a tf.function.
+        """Graph body of `generate`; call it inside a tf.function. The cached decode is
+        `start_decode` + `decode_steps` until every item ended + `decoded`; use_cache=False is
+        the full-recompute reference (`_reference_decode`) the tests and the decode benchmark
+        compare the cache with.
 
         Item b stops after the first frame whose stop probability exceeds `stop_threshold`, or
         after ceil(token_lengths[b] * max_frames_per_token / r) steps, or after max_steps steps.
@@ -147,123 +201,161 @@ class XTTSModel(keras.Model):
         only look at tokens [p - 1, p + w], p being the peak of step s-1's alignment (forced
         monotonic: p never moves back), so the decode reads the text in order.
         """
+        if not use_cache:
+            return self._reference_decode(tokens, token_lengths, language_ids, latents,
+                                          max_steps, stop_threshold)
+        state = self.start_decode(tokens, token_lengths, language_ids, latents, max_steps)
+        return self.decoded(self.decode_steps(state, max_steps, stop_threshold))
+
+    # ---- the decode as explicit state and steps ----------------------------------------------
+    def start_decode(self, tokens, token_lengths, language_ids, latents,
+                     max_steps: int) -> "DecodeState":
+        """Encodes the text, projects the text and the speaker latents for every block's
+        cross-attention and allocates the buffers of a decode of at most `max_steps` steps;
+        no step is run yet."""
         r, n = self.reduction_factor, self.n_mels
         tokens = tf.convert_to_tensor(tokens, tf.int32)
         token_lengths = tf.cast(token_lengths, tf.int32)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
         text = self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32))
-        text_mask = key_padding_mask(token_lengths, t_text)
         latents = tf.cast(latents, self.compute_dtype)
+        blocks = self.decoder.transformer.blocks
+        heads = blocks[0].self_attention
+        cache_shape = [b, heads.num_heads, heads.head_dim]
+        forward = forward_initial_state(b, heads.num_heads, t_text)
         limit = tf.cast(tf.math.ceil(tf.cast(token_lengths, tf.float32)
                                      * self.max_frames_per_token / r), tf.int32)
-        limit = tf.clip_by_value(limit, 1, max_steps)
-        stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
-        slots = tf.range(max_steps)
+        return DecodeState(
+            step=tf.constant(0),
+            frames=slot_buffer(max_steps, [b, r * n], tf.float32),
+            alignments=slot_buffer(max_steps, [b, t_text], tf.float32),
+            done=tf.zeros([b], tf.bool), lengths=tf.zeros([b], tf.int32),
+            by_stop=tf.zeros([b], tf.bool), peaks=tf.zeros([b], tf.int32),
+            previous=tf.zeros([b, r * n]),
+            caches=tuple((slot_buffer(max_steps, cache_shape, self.compute_dtype),
+                          slot_buffer(max_steps, cache_shape, self.compute_dtype), forward)
+                         for _ in blocks),
+            memory=tuple((block.cross_attentions[LATENTS].key_value_heads(latents),
+                          block.cross_attentions[TEXT].key_value_heads(text))
+                         for block in blocks),
+            text_mask=key_padding_mask(token_lengths, t_text),
+            limit=tf.clip_by_value(limit, 1, max_steps))
+
+    def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
+        """Runs up to `steps` more decoder steps (fewer when every item has ended or the
+        buffers are full) and returns the new state. Each step runs on weights read once per
+        call (fused q/k/v, the mel and stop heads as one matrix) and writes one slot of the
+        state's self-attention caches and frame and alignment buffers."""
+        r = self.reduction_factor
+        threshold = float(self.stop_threshold if stop_threshold is None else stop_threshold)
+        stop_logit = math.log(threshold / (1.0 - threshold))
+        capacity = state.frames.shape[0] or tf.shape(state.frames)[0]
+        blocks = self.decoder.transformer.blocks
+        keep_masks, encodings = self.decoder.position_tables(tf.range(capacity))
+        step_weights = [block.step_weights() for block in blocks]
+        final_norm = norm_weights(self.decoder.transformer.final_norm)
+        decoder_weights = self.decoder.step_weights()
+        end = tf.minimum(state.step + steps, capacity)
+
+        def cond(s):
+            return (s.step < end) & ~tf.reduce_all(s.done)
+
+        def body(s):
+            x = self.decoder.embed_step(s.previous,
+                                        [tf.gather(m, s.step) for m in keep_masks],
+                                        tf.gather(encodings, s.step), decoder_weights)
+            masks = [None, self._step_text_mask(s.text_mask, s.peaks)]
+            caches = []
+            for block, (ck, cv, fw), kv, w in zip(blocks, s.caches, s.memory, step_weights):
+                x, ck, cv, weights, fw = block.step(x, ck, cv, s.step, kv, masks, w, fw)
+                caches.append((ck, cv, fw))
+            frames, stop = self.decoder.step_heads(apply_norm(x, final_norm), decoder_weights)
+            align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
+            s = self._record(s, frames, stop, align, stop_logit, r)
+            return (s._replace(previous=frames, caches=tuple(caches)),)
+
+        maximum = steps if isinstance(steps, int) else None
+        (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(_invariants(state),),
+                                 maximum_iterations=maximum)
+        return state
+
+    def decoded(self, state: "DecodeState") -> Dict[str, tf.Tensor]:
+        """The decode's outputs from a state (the module docstring's `generate` outputs): the
+        postnet over the frames written so far; an item still running counts every frame
+        decoded so far (stopped False)."""
+        r, n = self.reduction_factor, self.n_mels
+        capacity = state.frames.shape[0] or tf.shape(state.frames)[0]
+        b = tf.shape(state.frames)[1]
+        lengths = tf.where(state.done, state.lengths, state.step * r)
+        mel_before = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), [b, capacity * r, n])
+        return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
+                "alignments": tf.transpose(state.alignments, [1, 0, 2]),
+                "stopped": state.by_stop}
+
+    def _step_text_mask(self, text_mask, peaks):
         ahead = self.config.decode_attention_window
+        if ahead <= 0:
+            return text_mask
+        return text_mask & window_mask(peaks, 1, ahead, tf.shape(text_mask)[-1])
 
-        def step_text_mask(peaks):
-            if ahead <= 0:
-                return text_mask
-            return text_mask & window_mask(peaks, 1, ahead, t_text)
+    @staticmethod
+    def _record(state: "DecodeState", frames, stop, align, stop_logit: float,
+                r: int) -> "DecodeState":
+        """Stores step `state.step` (frames [B, r*n], stop logits [B, r], align [B, T_text]),
+        applies the stopping rules and advances the step."""
+        step = state.step
+        over = stop > stop_logit
+        stopped = tf.reduce_any(over, axis=-1)
+        first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
+        ended = stopped | (step + 1 >= state.limit)
+        finishing = ended & ~state.done
+        new_lengths = tf.where(stopped, step * r + first + 1, (step + 1) * r)
+        return state._replace(
+            step=step + 1,
+            frames=write_slot(state.frames, step, frames),
+            alignments=write_slot(state.alignments, step, align),
+            done=state.done | ended,
+            lengths=tf.where(finishing, new_lengths, state.lengths),
+            by_stop=state.by_stop | (finishing & stopped),
+            peaks=tf.maximum(state.peaks, tf.argmax(align, axis=-1, output_type=tf.int32)))
 
-        def record(step, frames, stop, align, frames_buf, align_buf, done, lengths, by_stop,
-                   peaks):
-            """Stores step `step` (frames [B, r*n], stop [B, r], align [B, T_text]) and applies
-            the stopping rules."""
-            frames_buf = write_slot(frames_buf, step, frames)
-            align_buf = write_slot(align_buf, step, align)
-            over = stop > stop_logit
-            stopped = tf.reduce_any(over, axis=-1)
-            first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
-            ended = stopped | (step + 1 >= limit)
-            finishing = ended & ~done
-            new_lengths = tf.where(stopped, step * r + first + 1, (step + 1) * r)
-            peaks = tf.maximum(peaks, tf.argmax(align, axis=-1, output_type=tf.int32))
-            return (frames_buf, align_buf, done | ended,
-                    tf.where(finishing, new_lengths, lengths), by_stop | (finishing & stopped),
-                    peaks)
+    def _reference_decode(self, tokens, token_lengths, language_ids, latents, max_steps: int,
+                          stop_threshold: float) -> Dict[str, tf.Tensor]:
+        """The decode by full recomputation: every step runs the teacher-forced decoder over
+        all steps so far (no cache). Slow (quadratic); it exists to check the cached decode
+        against (tests/test_models.py, benchmarks/bench_decode.py), and records its steps with
+        the same `_record`."""
+        state = self.start_decode(tokens, token_lengths, language_ids, latents, max_steps)
+        r = self.reduction_factor
+        stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
+        text = self.text_encoder(tf.convert_to_tensor(tokens, tf.int32),
+                                 tf.cast(token_lengths, tf.int32),
+                                 tf.cast(language_ids, tf.int32))
+        latents = tf.cast(latents, self.compute_dtype)
+        b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
 
-        # Slot-major decode buffers (layers.slot_buffer): one slot written per step.
-        state = (tf.constant(0), slot_buffer(max_steps, [b, r * n], tf.float32),
-                 slot_buffer(max_steps, [b, t_text], tf.float32), tf.zeros([b], tf.bool),
-                 tf.zeros([b], tf.int32), tf.zeros([b], tf.bool), tf.zeros([b], tf.int32))
+        def cond(s, inputs, windows):
+            return (s.step < max_steps) & ~tf.reduce_all(s.done)
 
-        def cond(step, frames_buf, align_buf, done, *_):
-            return (step < max_steps) & ~tf.reduce_all(done)
-
-        if use_cache:
-            blocks = self.decoder.transformer.blocks
-            memory_kv = [[block.cross_attentions[LATENTS].key_value_heads(latents),
-                          block.cross_attentions[TEXT].key_value_heads(text)]
-                         for block in blocks]
-            heads = blocks[0].self_attention
-            shape = [b, heads.num_heads, heads.head_dim]
-            forward = forward_initial_state(b, heads.num_heads, t_text)
-            caches = tuple((slot_buffer(max_steps, shape, self.compute_dtype),
-                            slot_buffer(max_steps, shape, self.compute_dtype), forward)
-                           for _ in blocks)
-
-            keep_masks, encodings = self.decoder.position_tables(slots)
-            step_weights = [block.step_weights() for block in blocks]
-            final_norm = norm_weights(self.decoder.transformer.final_norm)
-            decoder_weights = self.decoder.step_weights()
-
-            def body(step, frames_buf, align_buf, done, lengths, by_stop, peaks, previous,
-                     caches):
-                # One step as [B, ...] rows on weights read before the loop (layers.apply_dense).
-                x = self.decoder.embed_step(previous, [tf.gather(m, step) for m in keep_masks],
-                                            tf.gather(encodings, step), decoder_weights)
-                masks = [None, step_text_mask(peaks)]
-                new_caches = []
-                for block, (ck, cv, fw), kv, w in zip(blocks, caches, memory_kv, step_weights):
-                    x, ck, cv, weights, fw = block.step(x, ck, cv, step, kv, masks, w, fw)
-                    new_caches.append((ck, cv, fw))
-                frames, stop = self.decoder.step_heads(apply_norm(x, final_norm),
-                                                       decoder_weights)
-                align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
-                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
-                             by_stop, peaks)
-                return (step + 1, *out, frames, tuple(new_caches))
-
-            loop_vars = (*state, tf.zeros([b, r * n]), caches)
-        else:
-            def body(step, frames_buf, align_buf, done, lengths, by_stop, peaks, inputs,
-                     windows):
-                windows = tf.concat([windows, step_text_mask(peaks)[:, :, 0]], axis=1)
-                frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
-                frames, stop = frames[:, -1], stop[:, -1]
-                align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
-                out = record(step, frames, stop, align, frames_buf, align_buf, done, lengths,
-                             by_stop, peaks)
-                return (step + 1, *out, tf.concat([inputs, frames[:, None]], axis=1), windows)
-
+        def body(s, inputs, windows):
             # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
             # sees the window it was decoded with.
-            loop_vars = (*state, tf.zeros([b, 1, r * n]), tf.zeros([b, 0, t_text], tf.bool))
-        # The batch dimension is left open (axis 1 of the slot-major buffers, 0 elsewhere): a
-        # retraced function (other text lengths) may see it unknown in the body while the
-        # initial values know it, which tf.while_loop rejects; the full-recompute path's inputs
-        # and windows also grow by one step per iteration.
-        def open_batch(v, axis=0):
-            dims = v.shape.as_list()
-            if dims:
-                dims[axis] = None
-            return tf.TensorShape(dims)
+            windows = tf.concat([windows, self._step_text_mask(s.text_mask, s.peaks)[:, :, 0]],
+                                axis=1)
+            frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
+            frames, stop = frames[:, -1], stop[:, -1]
+            align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
+            s = self._record(s, frames, stop, align, stop_logit, r)
+            return s, tf.concat([inputs, frames[:, None]], axis=1), windows
 
-        invariants = [tf.TensorShape([]), open_batch(state[1], 1), open_batch(state[2], 1),
-                      *[open_batch(v) for v in state[3:]]]
-        if use_cache:
-            invariants += [open_batch(loop_vars[-2]),
-                           tuple((open_batch(ck, 1), open_batch(cv, 1), open_batch(fw))
-                                 for ck, cv, fw in caches)]
-        else:
-            invariants += [tf.TensorShape([None, None, r * n]), tf.TensorShape([None, None, None])]
-        final = tf.while_loop(cond, body, loop_vars, shape_invariants=tuple(invariants),
-                              maximum_iterations=max_steps)
-        _, frames_buf, align_buf, _, lengths, by_stop = final[:6]
-        mel_before = tf.reshape(tf.transpose(frames_buf, [1, 0, 2]), [b, max_steps * r, n])
-        return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
-                "alignments": tf.transpose(align_buf, [1, 0, 2]), "stopped": by_stop}
+        # The full-recompute inputs and windows grow by one step per iteration.
+        invariants = (_invariants(state), tf.TensorShape([None, None, r * self.n_mels]),
+                      tf.TensorShape([None, None, None]))
+        state, _, _ = tf.while_loop(
+            cond, body, (state, tf.zeros([b, 1, r * self.n_mels]),
+                         tf.zeros([b, 0, t_text], tf.bool)),
+            shape_invariants=invariants, maximum_iterations=max_steps)
+        return self.decoded(state)
 
     def _postnet_decoded(self, mel_before, lengths):
         """Postnet over a decoded mel [B, max_steps*r, n]. Frames past an item's length are zero

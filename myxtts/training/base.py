@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from myxtts.errors import MyXTTSError
 from myxtts.model_info import update_model_info
+from myxtts.run_directory import TENSORBOARD_DIR
 from myxtts.training.checkpoints import resolve_checkpoint_path
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.precision import apply_precision, resolve_precision
@@ -241,7 +242,7 @@ class Trainer:
                         tc.max_steps)
             return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
                               self.checkpoints.latest, self._best_or_none())
-        monitor = TrainingMonitor(os.path.join(self.directory, "tensorboard"),
+        monitor = TrainingMonitor(os.path.join(self.directory, TENSORBOARD_DIR),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate,
                                   memory_devices=self._memory_devices(pipeline))
         self._stop_signal = None

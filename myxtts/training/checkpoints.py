@@ -32,13 +32,13 @@ import tensorflow as tf
 
 from myxtts.atomic_write import atomic_write
 from myxtts.errors import MyXTTSError
+from myxtts.run_directory import (ARCHIVE_DIR, BEST_DIR, CONFIG_FILE, INDEX_FILE, TENSORBOARD_DIR,
+                                  VOCAB_FILE, exists, latest_checkpoint, listed_checkpoints,
+                                  step_of, strip_file_suffix)
 
 logger = logging.getLogger("myxtts.training")
 
-BEST_DIR = "best"
-ARCHIVE_DIR = "archive"
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
-INDEX_FILE = "checkpoint"
 _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d{5}-of-\d{5})$")
 
 
@@ -59,14 +59,14 @@ def resolve_checkpoint_path(path: str) -> str:
     """Accepts a checkpoint directory (→ its latest), a prefix (DIR/ckpt-200) or one of its files
     (DIR/ckpt-200.index); returns the prefix or raises CheckpointError."""
     if os.path.isdir(path):
-        latest = tf.train.latest_checkpoint(path)
+        latest = latest_checkpoint(path)
         if latest is None:
             raise CheckpointError(f"--resume-from {path}: that directory holds no checkpoint "
                                   f"(no 'checkpoint' file pointing at ckpt-N files). Pass a "
                                   f"checkpoint directory or a prefix such as {path}/ckpt-1000.")
         return latest
-    path = re.sub(r"\.(index|data-\d{5}-of-\d{5})$", "", path)
-    if not os.path.exists(path + ".index"):
+    path = strip_file_suffix(path)
+    if not exists(path):
         raise CheckpointError(f"--resume-from {path}: no checkpoint there ({path}.index does not "
                               f"exist). Pass a checkpoint directory or a prefix such as "
                               f"DIR/ckpt-1000.")
@@ -77,19 +77,6 @@ def _first_line(error: BaseException) -> str:
     """The first line of an error's message, without TensorFlow's `{{function_node ...}}`."""
     line = (str(error).splitlines() or [type(error).__name__])[0]
     return re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", line)[:300]
-
-
-def _step_of(path: str) -> int:
-    return int(os.path.basename(path).rsplit("-", 1)[1])
-
-
-def listed_checkpoints(directory: str) -> List[str]:
-    """The checkpoint prefixes the `checkpoint` index of `directory` lists, oldest first, as
-    paths under `directory` (relative when `directory` is). tf.train.get_checkpoint_state already
-    puts the directory in front of each relative entry: joining it again would double a relative
-    directory (runs/tiny/runs/tiny/ckpt-200)."""
-    state = tf.train.get_checkpoint_state(directory)
-    return [] if state is None else list(state.all_model_checkpoint_paths)
 
 
 def checkpoints_on_disk(directory: str) -> List[str]:
@@ -142,7 +129,7 @@ class CheckpointSeries:
         """Lists `path` (complete on disk) as the latest; then deletes the files of the
         checkpoints beyond `keep`, and leftovers of an earlier interrupted deletion."""
         self.write_index(([p for p in self.paths if p != path] + [path])[-self.keep:])
-        oldest = _step_of(self.paths[0])
+        oldest = step_of(self.paths[0])
         for name in os.listdir(self.directory):
             match = _CHECKPOINT_FILE.match(name)
             if match and int(match.group(1)) < oldest:
@@ -227,9 +214,9 @@ class CheckpointStore:
     def write_sidecars(self, config, tokenizer) -> None:
         """config.yaml (the resolved config) and vocab.json (tokenizer.save), each written to a
         temporary name and renamed."""
-        config.to_yaml(os.path.join(self.directory, "config.yaml"))
+        config.to_yaml(os.path.join(self.directory, CONFIG_FILE))
         if tokenizer is not None:
-            tokenizer.save(os.path.join(self.directory, "vocab.json"))
+            tokenizer.save(os.path.join(self.directory, VOCAB_FILE))
 
     # -- restoring -----------------------------------------------------------------------------
     def restore(self, path: str) -> int:
@@ -305,7 +292,7 @@ class CheckpointStore:
                 continue
             if damaged:
                 self._set_aside([], damaged, path)
-            older = [p for p in on_disk if _step_of(p) <= _step_of(path)
+            older = [p for p in on_disk if step_of(p) <= step_of(path)
                      and os.path.normpath(p) not in {os.path.normpath(d) for d in damaged}]
             self.series.write_index(older[-self._keep:])
             logger.warning("Resuming from %s: the index of %s did not list it (%s); it now "
@@ -336,7 +323,7 @@ class CheckpointStore:
         """Moves checkpoints, best/, tensorboard/, config.yaml and vocab.json to
         archive/<time>/; returns that directory (None when there was nothing to move)."""
         names = [os.path.basename(p) for p in glob.glob(os.path.join(self.directory, "ckpt-*"))]
-        names += [n for n in (INDEX_FILE, BEST_DIR, "tensorboard", "config.yaml", "vocab.json")
+        names += [n for n in (INDEX_FILE, BEST_DIR, TENSORBOARD_DIR, CONFIG_FILE, VOCAB_FILE)
                   if os.path.exists(os.path.join(self.directory, n))]
         if not names:
             return None

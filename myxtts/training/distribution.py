@@ -25,12 +25,13 @@ from typing import Dict
 import tensorflow as tf
 
 from myxtts.devices import DevicePlan
+from myxtts.run_directory import MODEL_INFO_FILE, SPLIT_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts.training")
 
 # What a worker that is not the chief copies from the run directory into its own: what the run
 # reads back (vocabulary, validation split, statistics, warm-start record).
-RUN_FILES = ("vocab.json", "data_split.json", "model_info.json")
+RUN_FILES = (VOCAB_FILE, SPLIT_FILE, MODEL_INFO_FILE)
 
 
 def _cluster_resolver(plan: DevicePlan):

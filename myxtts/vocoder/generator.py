@@ -20,6 +20,7 @@ generator trains without it, see docs/vocoder.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import List, Sequence, Tuple
 
 import keras
@@ -91,6 +92,12 @@ class ResBlock(keras.layers.Layer):
         return x
 
 
+def _block_context(block: ResBlock) -> int:
+    """Samples of context on each side of a residual block's output ("same" convolutions)."""
+    return sum((conv.kernel_size[0] - 1) // 2 * conv.dilation_rate[0]
+               for conv in [*block.convs1, *block.convs2])
+
+
 class HiFiGANGenerator(keras.Model):
     vocoder_name = "HiFi-GAN"  # in logs: "Vocoder: HiFi-GAN ..."
 
@@ -126,6 +133,20 @@ class HiFiGANGenerator(keras.Model):
 
     def describe(self) -> str:
         return "upsampling " + "x".join(map(str, self.upsample_rates))
+
+    @property
+    def receptive_field(self) -> int:
+        """Mel frames of context on EACH side that suffice for an output sample ("same"
+        padding everywhere): the input conv's 3 frames, one input position per transposed
+        convolution, the widest residual branch per upsampling stage and the output conv's 3
+        samples, each at its stage's rate, rounded up. A streaming driver gives every chunk
+        that many frames of left and right context."""
+        frames, rate = 3.0, 1
+        for up, blocks in zip(self.ups, self.mrfs):
+            frames += 1.0 / rate  # a transposed conv of kernel 2r and stride r: ±1 input
+            rate *= up.strides[0]
+            frames += max(_block_context(block) for block in blocks) / rate
+        return math.ceil(frames + 3.0 / rate)
 
     def call(self, mel):
         x = self.conv_pre(mel)

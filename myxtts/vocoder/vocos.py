@@ -105,6 +105,14 @@ class VocosGenerator(keras.Model):
     def describe(self) -> str:
         return f"inverse STFT n_fft {self.n_fft}, hop {self.hop_length}"
 
+    @property
+    def receptive_field(self) -> int:
+        """Mel frames of context on EACH side that suffice for an output sample: 3 for the
+        7-wide input convolution and for each ConvNeXt block's 7-wide depthwise convolution,
+        plus the frames whose n_fft-sample windows overlap it in the inverse STFT. A streaming
+        driver gives every chunk that many frames of left and right context."""
+        return 3 * (1 + len(self.blocks)) + math.ceil(self.n_fft / self.hop_length)
+
     def call(self, mel):
         x = self.norm_pre(self.conv_pre(mel))
         for block in self.blocks:
