@@ -361,7 +361,7 @@ def train_vocoder(config: XTTSConfig, plan) -> int:
         pipeline = SegmentPipeline(config, FLAGS["train-data"].value, FLAGS["val-data"].value,
                                    data_device=plan.data_device, work_dir=work_dir)
         if FLAGS["gta-from"].value:
-            from myxtts.vocoder.gta import teacher_forced_mels
+            from myxtts.training.gta import teacher_forced_mels
             pipeline.use_teacher_forced_mels(teacher_forced_mels(
                 FLAGS["gta-from"].value, pipeline.items["train"], config,
                 os.path.join(work_dir, GTA_DIR), plan.model_device))

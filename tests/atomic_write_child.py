@@ -43,7 +43,7 @@ def write(writer: str, path: str) -> None:
         cache.dirty = True
         cache.save()
     elif writer == "evaluation_report":
-        from myxtts.evaluate import write_json
+        from myxtts.evaluation.free_running import write_json
         write_json(path, {"version": "new"})
     elif writer == "checkpoint_index":
         from myxtts.training.checkpoints import CheckpointSeries

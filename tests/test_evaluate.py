@@ -18,11 +18,12 @@ import librosa
 import pytest
 
 from myxtts.data.metadata import DatasetError, read_metadata, split_rows
-from myxtts.run_directory import SPLIT_FILE
-from myxtts.evaluate import find_sentences, guarded_main, pick_sentences
+from myxtts.evaluate import guarded_main
+from myxtts.evaluation.free_running import find_sentences, pick_sentences
 from myxtts.evaluation.metrics import word_error_rate
 from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
+from myxtts.run_directory import SPLIT_FILE
 from tests.data_samples import copy_sample_rows, speech, write_metadata
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
                                      make_checkpoint, sample_tokenizer,
@@ -208,7 +209,7 @@ class RecognizerTest(unittest.TestCase):
 
 class EvaluateArgumentsTest(unittest.TestCase):
     def test_arguments_are_checked_before_tensorflow_is_imported(self):
-        script = ("import sys; from myxtts.evaluate import find_sentences, guarded_main, pick_sentences; "
+        script = ("import sys; from myxtts.evaluate import guarded_main; "
                   "code = guarded_main(['--checkpoint-dir', '/nonexistent/run', '--num', '2']); "
                   "print(code, 'tensorflow' in sys.modules)")
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

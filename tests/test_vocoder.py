@@ -109,7 +109,7 @@ class TeacherForcedMelsTest(unittest.TestCase):
         from myxtts.data import audio as audio_lib
         from myxtts.data import cache as cache_lib
         from myxtts.data.prepare import prepare_dataset
-        from myxtts.vocoder.gta import teacher_forced_mels
+        from myxtts.training.gta import teacher_forced_mels
         from tests.inference_helpers import SAMPLE_DIR, make_checkpoint, tiny_inference_config
         with tempfile.TemporaryDirectory() as directory:
             acoustic = os.path.join(directory, "acoustic")

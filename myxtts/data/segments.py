@@ -3,7 +3,7 @@ log-mels computed on the data device, handed to the model device by a DeviceFeed
 
     pipeline = SegmentPipeline(config, train_dir, val_dir, data_device=plan.data_device,
                                work_dir=checkpoint_dir)
-    pipeline.use_teacher_forced_mels(paths)    # optional: {item id: .npy} (myxtts.vocoder.gta)
+    pipeline.use_teacher_forced_mels(paths)    # optional: {item id: .npy} (myxtts.training.gta)
     feeder = pipeline.train_batches(epoch, model_device, skip_batches=0)   # DeviceFeeder
     clips = pipeline.validation_clips(model_device)                       # fixed clips or None
 
@@ -66,7 +66,7 @@ class SegmentPipeline:
 
     def use_teacher_forced_mels(self, paths: Dict[str, str]) -> None:
         """Generator input from now on: {item id: .npy of its teacher-forced log10 mel
-        [frames, n_mels]} (myxtts.vocoder.gta); segments are cut at the same frames of the mel
+        [frames, n_mels]} (myxtts.training.gta); segments are cut at the same frames of the mel
         and the recording, and the mel loss still compares with the recording's own mel."""
         missing = [it.id for it in self.items["train"] if it.id not in paths]
         if missing:

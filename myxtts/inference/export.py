@@ -59,7 +59,6 @@ from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
 logger = logging.getLogger("myxtts.inference")
 
 MODELS_CONFIG = "models.config"
-SYNTHESIS_OUTPUTS = ("waveform", "waveform_lengths", "mel", "mel_lengths")
 
 
 class ServingModule(tf.Module):
