@@ -29,6 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 from myxtts.config import XTTSConfig  # noqa: E402
 from myxtts.data import audio  # noqa: E402
+from myxtts.data import audio_io  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples",
                       "ljspeech_sample", "wavs")
@@ -48,7 +49,7 @@ def main():
                              "for ~0.2 s after its last call and would slow whatever runs next")
     args = parser.parse_args()
     d = XTTSConfig.from_yaml(args.config).data
-    clips = sorted((audio.decode(p, d.sample_rate).samples for p in glob.glob(SAMPLE + "/*")),
+    clips = sorted((audio_io.decode(p, d.sample_rate).samples for p in glob.glob(SAMPLE + "/*")),
                    key=len)
     seconds = sum(len(c) for c in clips) / d.sample_rate
     cores = os.cpu_count()
@@ -89,7 +90,7 @@ def main():
     medians = {name: seconds / float(np.median(t)) for name, t in times.items()}
 
     reference = [audio.librosa_log_mel(c, d, np.float64) for c in clips]
-    tf_mels = [mel[row, :audio.num_frames(int(n), d.hop_length)]
+    tf_mels = [mel[row, :audio_io.num_frames(int(n), d.hop_length)]
                for mel, lengths in outputs[cpu]
                for row, n in enumerate(lengths)]
     librosa32 = _max_diff(outputs["librosa"], reference)

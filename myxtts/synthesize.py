@@ -86,7 +86,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import soundfile as sf
 
     synth = load_synthesizer(args)
-    from myxtts.inference.synthesizer import UnknownLanguageError
+    from myxtts.inference.text_front_end import UnknownLanguageError
     language = args.language or synth.config.data.default_language
     with flag_hint("Pass one of them to --language.", UnknownLanguageError):
         language_id = synth.language_id(language)

@@ -13,6 +13,7 @@ import soundfile as sf
 
 from myxtts.config import XTTSConfig
 from myxtts.data import audio
+from myxtts.data import audio_io
 from tests.data_samples import sample_rows, tiny_config
 
 PARITY = 1e-3
@@ -30,7 +31,7 @@ class LogMelParityTest(unittest.TestCase):
                        "GPU layout": audio.LogMel.for_device(d, "GPU")}
         rows = sample_rows()
         for uid, _, _, _, path in rows[::7]:  # ogg, flac, wav; en, de, es; both speakers
-            samples = audio.decode(path, d.sample_rate).samples
+            samples = audio_io.decode(path, d.sample_rate).samples
             reference = audio.librosa_log_mel(samples, d, np.float64)
             bound = min(2 * _diff(audio.librosa_log_mel(samples, d), reference), 2e-3)
             for name, log_mel in featurizers.items():
@@ -47,7 +48,7 @@ class LogMelParityTest(unittest.TestCase):
             for width, rows in ((8000, 3), (1, 2), (d.n_fft, 1), (700, 0)):
                 batch = rng.normal(0, 0.1, (rows, width)).astype(np.float32)
                 one = plain(batch).numpy()
-                self.assertEqual(one.shape, (rows, audio.num_frames(width, hop), d.n_mels))
+                self.assertEqual(one.shape, (rows, audio_io.num_frames(width, hop), d.n_mels))
                 # 4 launches of 3 short rows: some get only padding; 5 divides no launch's frames
                 for parts, chunk in ((1, 0), (2, 0), (4, 0), (2, 24), (3, 5), (4, 1)):
                     got = audio.LogMel.from_config(d, xla_parts=parts, chunk_frames=chunk)(batch)
@@ -58,22 +59,22 @@ class LogMelParityTest(unittest.TestCase):
     def test_matches_librosa_with_base_config_and_short_window(self):
         d = XTTSConfig().data  # 22.05 kHz, n_fft 1024, 80 mels
         d.win_length = 800  # window shorter than the FFT: librosa centres it
-        samples = audio.decode(sample_rows()[1][4], d.sample_rate).samples
+        samples = audio_io.decode(sample_rows()[1][4], d.sample_rate).samples
         got = audio.LogMel.from_config(d)(samples[None])[0].numpy()
         self.assertLessEqual(float(np.abs(got - audio.librosa_log_mel(samples, d)).max()), PARITY)
 
     def test_padding_in_a_batch_does_not_change_frames(self):
         d = tiny_config().data
         log_mel = audio.LogMel.from_config(d)
-        a = audio.decode(sample_rows()[0][4], d.sample_rate).samples
-        b = audio.decode(sample_rows()[1][4], d.sample_rate).samples
+        a = audio_io.decode(sample_rows()[0][4], d.sample_rate).samples
+        b = audio_io.decode(sample_rows()[1][4], d.sample_rate).samples
         width = max(len(a), len(b)) + 3000
         batch = np.zeros([2, width], np.float32)
         batch[0, :len(a)], batch[1, :len(b)] = a, b
         mel, lengths = log_mel.masked(batch, np.array([len(a), len(b)], np.int32))
         mel, lengths = mel.numpy(), lengths.numpy()
-        self.assertEqual(list(lengths), [audio.num_frames(len(a), d.hop_length),
-                                         audio.num_frames(len(b), d.hop_length)])
+        self.assertEqual(list(lengths), [audio_io.num_frames(len(a), d.hop_length),
+                                         audio_io.num_frames(len(b), d.hop_length)])
         for row, samples in enumerate((a, b)):
             alone = audio.librosa_log_mel(samples, d)
             self.assertLessEqual(float(np.abs(mel[row, :lengths[row]] - alone).max()), PARITY)
@@ -87,7 +88,7 @@ class DecodeTest(unittest.TestCase):
             left, right = np.sin(2 * np.pi * 440 * t), np.sin(2 * np.pi * 440 * t) * 0.5
             path = os.path.join(tmp, "x.flac")
             sf.write(path, np.stack([left, right], 1).astype(np.float32), 44100)
-            decoded = audio.decode(path, 16000)
+            decoded = audio_io.decode(path, 16000)
         self.assertEqual((decoded.source_rate, decoded.source_channels), (44100, 2))
         self.assertEqual(decoded.samples.ndim, 1)
         self.assertAlmostEqual(len(decoded.samples), 16000, delta=2)
@@ -95,15 +96,15 @@ class DecodeTest(unittest.TestCase):
 
     def test_trim_and_loudness(self):
         d = tiny_config().data
-        samples = audio.decode(sample_rows()[0][4], d.sample_rate).samples
+        samples = audio_io.decode(sample_rows()[0][4], d.sample_rate).samples
         padded = np.concatenate([np.zeros(8000, np.float32), samples,
                                  np.zeros(8000, np.float32)])
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "x.wav")
             sf.write(path, padded, d.sample_rate, subtype="FLOAT")
-            trimmed = audio.decode(path, d.sample_rate, trim_silence=True, trim_top_db=40).samples
+            trimmed = audio_io.decode(path, d.sample_rate, trim_silence=True, trim_top_db=40).samples
         self.assertLess(len(trimmed), len(samples) + 2000)
-        louder = audio.normalize_loudness(samples, -20.0)
+        louder = audio_io.normalize_loudness(samples, -20.0)
         rms_db = 20 * np.log10(np.sqrt(np.mean(louder.astype(np.float64) ** 2)))
         self.assertTrue(abs(rms_db + 20.0) < 0.5 or np.abs(louder).max() >= 0.98)
 
@@ -113,11 +114,11 @@ class ReferenceSliceTest(unittest.TestCase):
         rng = np.random.default_rng(0)
         for _ in range(200):
             n = int(rng.integers(16000, 16000 * 10))
-            start, length = audio.reference_slice(n, 16000, 2.0, 6.0, rng)
+            start, length = audio_io.reference_slice(n, 16000, 2.0, 6.0, rng)
             self.assertGreaterEqual(length, min(n, 32000))
             self.assertLessEqual(length, 96000)
             self.assertLessEqual(start + length, n)
-        self.assertEqual(audio.reference_slice(8000, 16000, 2.0, 6.0, rng), (0, 8000))
+        self.assertEqual(audio_io.reference_slice(8000, 16000, 2.0, 6.0, rng), (0, 8000))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from unittest import mock
 
 import soundfile as sf
 
-from myxtts.data import audio as audio_lib
+from myxtts.data import audio_io
 from myxtts.data.metadata import DatasetError
 from myxtts.data.prepare import prepare_dataset
 from tests.data_samples import sample_rows, speech, tiny_config, write_metadata
@@ -77,7 +77,7 @@ class FormatsAndLayoutsTest(unittest.TestCase):
     def test_m4a_without_ffmpeg_is_reported_with_a_hint(self):
         with open(os.path.join(self.tmp, "u0.m4a"), "wb") as f:
             f.write(b"\0" * 64)
-        with mock.patch.object(audio_lib.shutil, "which", return_value=None):
+        with mock.patch.object(audio_io.shutil, "which", return_value=None):
             prepared = self._dataset(["u0.m4a", "u1.wav", "u2.wav"])
         table = prepared.report.table()
         self.assertEqual(prepared.report.count("needs_ffmpeg"), 1, table)

@@ -22,6 +22,8 @@ import tensorflow as tf
 import tqdm
 
 from myxtts.data import audio as audio_lib
+
+from myxtts.data import audio_io
 from myxtts.data.validation import Item
 
 logger = logging.getLogger("myxtts.data")
@@ -47,10 +49,10 @@ def load_samples(item: Item, data_config) -> np.ndarray:
     """The training-time audio of an item: decoded, resampled, trimmed, its piece of the file,
     loudness-normalised."""
     d = data_config
-    samples = audio_lib.decode(item.audio_path, d.sample_rate, d.trim_silence,
+    samples = audio_io.decode(item.audio_path, d.sample_rate, d.trim_silence,
                                d.trim_top_db).samples[item.offset:item.offset + item.num_samples]
     if d.normalize_loudness:
-        samples = audio_lib.normalize_loudness(samples, d.target_rms_db)
+        samples = audio_io.normalize_loudness(samples, d.target_rms_db)
     return samples
 
 

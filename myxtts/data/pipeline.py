@@ -65,6 +65,8 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data import audio as audio_lib
+
+from myxtts.data import audio_io
 from myxtts.data import cache as cache_lib
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
 from myxtts.data.feeder import DeviceFeeder
@@ -98,11 +100,11 @@ class InputPipeline:
 
         r = config.model.reduction_factor
         everything = self.items["train"] + self.items["val"]
-        frames = [audio_lib.num_frames(it.num_samples, d.hop_length) for it in everything]
+        frames = [audio_io.num_frames(it.num_samples, d.hop_length) for it in everything]
         self.buckets: List[Bucket] = make_buckets(
             frames, [max(1, len(it.tokens)) for it in everything], d.num_buckets,
             d.bucket_boundaries, d.batch_size, r, replicas=replicas)
-        self.ref_frames = audio_lib.num_frames(int(d.ref_max_seconds * d.sample_rate),
+        self.ref_frames = audio_io.num_frames(int(d.ref_max_seconds * d.sample_rate),
                                                d.hop_length)
         self.train_steps_per_epoch = self._count_batches(self.items["train"])
         if shard:
@@ -170,7 +172,7 @@ class InputPipeline:
 
     # ---- batching ------------------------------------------------------------------------------
     def _count_batches(self, items) -> int:
-        counts = collections.Counter(bucket_index(self.buckets, audio_lib.num_frames(
+        counts = collections.Counter(bucket_index(self.buckets, audio_io.num_frames(
             it.num_samples, self.data_config.hop_length)) for it in items)
         return sum(math.ceil(n / self.buckets[b].batch_size) for b, n in counts.items())
 
@@ -253,7 +255,7 @@ class InputPipeline:
         d = self.data_config
         items = self.items[split]
         pools = self._reference_pools[split]
-        ref_samples = audio_lib.samples_for_frames(self.ref_frames, d.hop_length)
+        ref_samples = audio_io.samples_for_frames(self.ref_frames, d.hop_length)
 
         def load(index):
             i = int(index)
@@ -262,7 +264,7 @@ class InputPipeline:
             rng = np.random.default_rng([d.seed, epoch, i])
             pool = pools[i]
             ref = cache_lib.load_samples(pool[int(rng.integers(len(pool)))], d)
-            start, length = audio_lib.reference_slice(len(ref), d.sample_rate, d.ref_min_seconds,
+            start, length = audio_io.reference_slice(len(ref), d.sample_rate, d.ref_min_seconds,
                                                       d.ref_max_seconds, rng)
             ref = ref[start:start + min(length, ref_samples)]
             return (samples, np.int32(len(samples)), ref, np.int32(len(ref)),
@@ -308,7 +310,7 @@ class InputPipeline:
         decoding any audio: the same bucketing runs over the lengths in the metadata. Each
         bucket's batches are consecutive runs of its utterances in `order`, so the batches of
         what is left are exactly the later batches of the whole order (resuming mid-epoch)."""
-        frames = np.array([audio_lib.num_frames(it.num_samples, self.data_config.hop_length)
+        frames = np.array([audio_io.num_frames(it.num_samples, self.data_config.hop_length)
                            for it in items], np.int64)
         ds = tf.data.Dataset.from_tensor_slices({"index": order.astype(np.int64),
                                                  "frames": frames[order]})

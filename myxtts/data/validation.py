@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from myxtts.atomic_write import atomic_write
-from myxtts.data import audio as audio_lib
+from myxtts.data import audio_io
 from myxtts.data import text as text_lib
 from myxtts.data.metadata import DatasetError, ParseProblem, Row
 from myxtts.data.splitting import split_utterance, voiced_intervals
@@ -233,8 +233,8 @@ def probe_audio(path: str, data_config) -> AudioFacts:
         truncated = _wav_truncated(path)
         if truncated:
             return AudioFacts(error=truncated)
-        decoded = audio_lib.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db)
-    except audio_lib.FFmpegMissingError as e:
+        decoded = audio_io.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db)
+    except audio_io.FFmpegMissingError as e:
         return AudioFacts(error=str(e), needs_ffmpeg=True)
     except Exception as e:  # pylint: disable=broad-except  # any decoder failure is a finding
         return AudioFacts(error=f"{type(e).__name__}: {e}".strip())
@@ -332,7 +332,7 @@ def _audio_problem(facts: AudioFacts, data_config) -> Optional[Tuple[str, str]]:
         return "empty_audio", "0 samples"
     if not facts.finite:
         return "nonfinite_audio", "NaN or Inf samples"
-    if facts.peak < audio_lib.SILENCE_PEAK:
+    if facts.peak < audio_io.SILENCE_PEAK:
         return "silent_audio", f"peak {facts.peak:.2g}"
     seconds = facts.num_samples / d.sample_rate
     if seconds < d.min_audio_seconds:

@@ -24,22 +24,16 @@ import soundfile as sf
 import tensorflow as tf
 
 from myxtts.data import audio as audio_lib
-from myxtts.data import text as text_lib
+
+from myxtts.data import audio_io
 from myxtts.errors import MyXTTSError
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
+from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
 
 logger = logging.getLogger("myxtts.inference")
 
 TOKEN_PADDING = 16
-
-
-class UnknownLanguageError(MyXTTSError, ValueError):
-    """A language the model was not trained with."""
-
-
-class UnknownCharactersError(MyXTTSError, ValueError):
-    """Text characters (after cleaning) that are not in the saved vocabulary."""
 
 
 class ReferenceAudioError(MyXTTSError, ValueError):
@@ -73,10 +67,11 @@ class Synthesizer:
         self.max_decoder_steps = int(max_decoder_steps or self.config.model.max_decoder_steps)
         self.log_mel = audio_lib.LogMel.from_config(self.config.data)
         self.vocoder = vocoder or GriffinLimVocoder(self.config.data, griffin_lim_iterations)
-        self._phonemizer = text_lib.Phonemizer() if self.tokenizer.use_phonemes else None
+        self.front_end = TextFrontEnd(self.tokenizer, self.languages, self.config.model,
+                                      self.max_decoder_steps)
         d = self.config.data
-        self.reference_samples = audio_lib.samples_for_frames(
-            audio_lib.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length),
+        self.reference_samples = audio_io.samples_for_frames(
+            audio_io.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length),
             d.hop_length)
         logger.info("%s", self.vocoder.describe())
 
@@ -92,7 +87,7 @@ class Synthesizer:
         resampled like training data, the first data.ref_max_seconds seconds."""
         d = self.config.data
         try:
-            samples = audio_lib.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db).samples
+            samples = audio_io.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db).samples
         except (OSError, RuntimeError, ValueError, sf.LibsndfileError) as e:
             raise ReferenceAudioError(
                 f"Cannot read the reference audio {path}: {e}. Pass a readable recording of "
@@ -104,7 +99,7 @@ class Synthesizer:
                 f"Pass a {d.ref_min_seconds:g}-{d.ref_max_seconds:g} s recording of the target "
                 f"speaker.")
         if d.normalize_loudness:
-            samples = audio_lib.normalize_loudness(samples, d.target_rms_db)
+            samples = audio_io.normalize_loudness(samples, d.target_rms_db)
         return self.reference_mel_of(samples)
 
     def reference_mel_of(self, samples: np.ndarray) -> np.ndarray:
@@ -122,38 +117,11 @@ class Synthesizer:
 
     # ---- text ------------------------------------------------------------------------------
     def language_id(self, language: str) -> int:
-        index = text_lib.language_id(language, self.languages)
-        if index is None:
-            raise UnknownLanguageError(
-                f"Unknown language {language!r}: this model was trained with "
-                f"{', '.join(self.languages)} (data.languages in its config.yaml).")
-        return index
+        return self.front_end.language_id(language)
 
     def encode(self, text: str, language: str) -> List[int]:
-        """Token ids of `text`, cleaned (and phonemized) as in training; raises
-        UnknownCharactersError instead of dropping characters the vocabulary lacks."""
-        self.language_id(language)
-        cleaned = text_lib.clean_text(text, self.tokenizer.cleaner, language)
-        if self._phonemizer is not None:
-            cleaned = self._phonemizer([cleaned], language)[0]
-        unknown = self.tokenizer.unknown_characters(cleaned)
-        if unknown:
-            raise UnknownCharactersError(
-                f"The text {text!r} has characters outside the model's saved vocabulary "
-                f"(after the {self.tokenizer.cleaner!r} cleaner): "
-                f"{' '.join(repr(c) for c in unknown)}. The model never saw them in training; "
-                f"rewrite or remove them (the vocabulary is "
-                f"{''.join(self.tokenizer.symbols[1:])!r}).")
-        ids = self.tokenizer.encode(cleaned)
-        if not ids:
-            raise UnknownCharactersError(f"The text {text!r} is empty after cleaning.")
-        limit = self.config.model.max_text_positions
-        if len(ids) > limit:
-            raise UnknownCharactersError(
-                f"The text {text[:40]!r}... has {len(ids)} tokens, more than the model's "
-                f"{limit} (model.max_text_positions); split it into sentences (--text-file, "
-                f"one per line).")
-        return ids
+        """Token ids of `text` (text_front_end.TextFrontEnd.encode)."""
+        return self.front_end.encode(text, language)
 
     # ---- synthesis -------------------------------------------------------------------------
     def synthesize(self, text: str, language: str, latents) -> Tuple[np.ndarray, np.ndarray]:
@@ -189,9 +157,4 @@ class Synthesizer:
                          ended_by_stop=bool(out["stopped"][0]), max_frames=max_frames)
 
     def max_frames(self, num_tokens: int) -> int:
-        """The length cap of a decode (XTTSModel.decode): ceil(tokens * max_frames_per_token
-        / r) steps, at most max_decoder_steps, times r frames."""
-        r = self.config.model.reduction_factor
-        steps = np.ceil(np.float32(num_tokens) * np.float32(self.config.model.max_frames_per_token)
-                        / np.float32(r))
-        return int(np.clip(steps, 1, self.max_decoder_steps)) * r
+        return self.front_end.max_frames(num_tokens)
