@@ -37,8 +37,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_model_args(args)
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     with quiet_tensorflow_start(args.verbose):
-        from myxtts.inference.export import export_saved_model
-    result = export_saved_model(args.checkpoint_dir, args.export_dir,
+        from myxtts.exporters.registry import exporter
+        export = exporter("tf_serving")
+    result = export(args.checkpoint_dir, args.export_dir,
                                 checkpoint=args.checkpoint,
                                 max_decoder_steps=args.max_decoder_steps,
                                 griffin_lim_iterations=args.griffin_lim_iters,

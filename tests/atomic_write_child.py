@@ -50,7 +50,7 @@ def write(writer: str, path: str) -> None:
         series = CheckpointSeries(os.path.dirname(path), keep=5)
         series.write_index([os.path.join(os.path.dirname(path), "ckpt-2")])
     elif writer == "models_config":
-        from myxtts.inference.export import update_models_config
+        from myxtts.exporters.tf_serving import update_models_config
         update_models_config(os.path.join(os.path.dirname(path), "new"), "new", "/models/new")
     else:
         raise ValueError(writer)

@@ -19,7 +19,8 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from myxtts.data.text import Tokenizer, clean_text
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint
-from myxtts.inference.export import ServingModule, export_saved_model
+from myxtts.exporters.serving_graph import ServingModule
+from myxtts.exporters.tf_serving import export_tf_serving
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.inference.text_graph import InGraphTokenizer
 from myxtts.inference.vocoding import load_vocoder
@@ -38,6 +39,15 @@ SIGNATURES = {
     "tokenize": ["text", "language"],
     "reference_mel": ["audio", "audio_lengths"],
 }
+
+
+class ExporterRegistryTest(unittest.TestCase):
+    def test_formats_resolve_to_their_exporter(self):
+        from myxtts.exporters.registry import exporter, formats  # pylint: disable=import-outside-toplevel
+        self.assertIn("tf_serving", formats())
+        self.assertIs(exporter("tf_serving"), export_tf_serving)
+        with self.assertRaisesRegex(KeyError, "Unknown export format 'onnx'; known: tf_serving"):
+            exporter("onnx")
 
 
 class InGraphTokenizerTest(unittest.TestCase):
@@ -140,7 +150,7 @@ class ExportRoundTripTest(unittest.TestCase):
         cls.checkpoint_dir = os.path.join(cls.tmp, "run")
         make_checkpoint(cls.checkpoint_dir)
         cls.export_dir = os.path.join(cls.tmp, "models", "myxtts")
-        cls.result = export_saved_model(cls.checkpoint_dir, cls.export_dir,
+        cls.result = export_tf_serving(cls.checkpoint_dir, cls.export_dir,
                                         max_decoder_steps=MAX_DECODER_STEPS,
                                         griffin_lim_iterations=GRIFFIN_LIM_ITERS)
         cls.synth = Synthesizer.from_checkpoint_dir(cls.checkpoint_dir,
@@ -240,8 +250,8 @@ class ExportRoundTripTest(unittest.TestCase):
 
     def _check_vocoder_export(self, generator, name, synth_mel):
         vocoder_dir, _ = shared_vocoder_checkpoint(generator)
-        with self.assertLogs("myxtts.inference", "INFO") as logs:
-            result = export_saved_model(self.checkpoint_dir,
+        with self.assertLogs("myxtts", "INFO") as logs:
+            result = export_tf_serving(self.checkpoint_dir,
                                         os.path.join(self.tmp, generator, "myxtts"),
                                         max_decoder_steps=MAX_DECODER_STEPS,
                                         vocoder_dir=vocoder_dir)
@@ -292,7 +302,7 @@ class ExportRoundTripTest(unittest.TestCase):
             f.write('model_config_list { config { name: "other" base_path: "/models/other" '
                     'model_platform: "tensorflow" } }')
 
-        result = export_saved_model(self.checkpoint_dir, export_dir,
+        result = export_tf_serving(self.checkpoint_dir, export_dir,
                                     max_decoder_steps=MAX_DECODER_STEPS,
                                     griffin_lim_iterations=GRIFFIN_LIM_ITERS)
 
