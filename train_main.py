@@ -27,7 +27,7 @@ from myxtts.cli import UsageError, quiet_tensorflow_start, run_guarded, setup_lo
 from myxtts.config import TrainingConfig, XTTSConfig
 from myxtts.data.metadata import check_separator, find_metadata
 from myxtts.errors import MyXTTSError
-from myxtts.finetune import (RESUME_CONFLICT, Source, continued_run, locate_source,
+from myxtts.source_run import (RESUME_CONFLICT, Source, continued_run, locate_source,
                              warm_start_config)
 from myxtts.model_info import read_model_info
 from myxtts.run_directory import (CONFIG_FILE, GTA_DIR, MODEL_INFO_FILE, TENSORBOARD_DIR,
@@ -318,7 +318,8 @@ def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None)
         trainer = XTTSTrainer(config, resume_checkpoint=FLAGS["resume-from"].value,
                               model_device=plan.model_device, tokenizer=pipeline.tokenizer,
                               reset_training=FLAGS["reset-training"].value,
-                              init_from=FLAGS["init-from"].value, distribution=distribution)
+                              init_from=source if FLAGS["init-from"].value else None,
+                              distribution=distribution)
     return _report(trainer.fit(pipeline), "", "validation loss", work_dir)
 
 

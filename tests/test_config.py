@@ -96,7 +96,7 @@ class ConfigTest(unittest.TestCase):
     def test_modules_used_before_tensorflow_do_not_import_it(self):
         import subprocess
         code = ("import sys, myxtts.config, myxtts.devices, myxtts.cli, myxtts.run_directory, "
-                "myxtts.atomic_write, myxtts.finetune, myxtts.model_info, myxtts.data.audio_io, "
+                "myxtts.atomic_write, myxtts.source_run, myxtts.model_info, myxtts.data.audio_io, "
                 "myxtts.data.text, myxtts.inference.text_front_end;"
                 "sys.exit(1 if 'tensorflow' in sys.modules else 0)")
         self.assertEqual(subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode, 0)

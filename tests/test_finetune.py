@@ -25,7 +25,7 @@ import yaml
 
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
-from myxtts.finetune import continued_run, locate_source, warm_start_config
+from myxtts.source_run import continued_run, locate_source, warm_start_config
 from myxtts.model_info import update_model_info
 from tests.data_samples import sample_rows, write_metadata
 from tests.device_harness import REPO

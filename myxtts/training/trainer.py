@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import keras
 import numpy as np
@@ -29,7 +29,8 @@ import tensorflow as tf
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation.metrics import alignment_measures
-from myxtts.finetune import RESUME_CONFLICT, locate_source
+from myxtts.run_directory import listed_checkpoints
+from myxtts.source_run import RESUME_CONFLICT, Source, locate_source
 from myxtts.inference.checkpoint_loading import resolve_checkpoint, restore_model
 from myxtts.inference.griffin_lim import GriffinLim
 from myxtts.model_info import read_model_info, update_model_info
@@ -63,9 +64,10 @@ class XTTSTrainer(Trainer):
 
     `tokenizer` (myxtts.data.text.Tokenizer) gives the vocabulary size when `model` is None and
     is saved as vocab.json. `reset_training` archives earlier checkpoints and starts at step 0.
-    `init_from` (a run directory, DIR/best or a checkpoint prefix) starts a run that has no
+    `init_from` (a run directory, DIR/best or a checkpoint prefix, or the
+    myxtts.source_run.Source train_main.py located from one) starts a run that has no
     checkpoint yet from that run's model weights: fresh optimizer, step 0; `config` must take
-    its model fields from that run (myxtts.finetune.warm_start_config) and `tokenizer` must
+    its model fields from that run (myxtts.source_run.warm_start_config) and `tokenizer` must
     extend its vocabulary. `distribution` trains on a tf.distribute strategy's model devices
     (then `model_device` is its first one).
     """
@@ -73,9 +75,11 @@ class XTTSTrainer(Trainer):
     def __init__(self, config: XTTSConfig, model: Optional[keras.Model] = None,
                  resume_checkpoint: Optional[str] = None, model_device: Optional[str] = None,
                  *, tokenizer=None, reset_training: bool = False,
-                 init_from: Optional[str] = None, distribution=None):
+                 init_from: Union[str, Source, None] = None, distribution=None):
         if init_from and resume_checkpoint:
             raise MyXTTSError(RESUME_CONFLICT)
+        # The source run is located once; a Source from train_main.py is used as it is.
+        source = locate_source(init_from) if isinstance(init_from, str) else init_from
         self._start_run(config, model_device, distribution)
         self.tokenizer = tokenizer
         tc = config.training
@@ -93,7 +97,7 @@ class XTTSTrainer(Trainer):
             # Before the optimizer is built: frozen variables get no slots.
             update_scales = training_plan(
                 model, tc.freeze, tc.pretrained_lr_scale,
-                self._source_rows(init_from, resume_checkpoint, reset_training))
+                self._source_rows(source, resume_checkpoint, reset_training))
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
         step_options = dict(loss_names=LOSS_NAMES, grad_accum_steps=tc.grad_accum_steps,
@@ -119,7 +123,7 @@ class XTTSTrainer(Trainer):
             "nonfinite_total": self.step.nonfinite_total, **self.run_counters(),
             **self.step.resume_state(),
         }, keep=tc.keep_checkpoints)
-        self._restore(resume_checkpoint, reset_training, init_from)
+        self._restore(resume_checkpoint, reset_training, source)
         self.checkpoints.write_sidecars(config, tokenizer)
 
     # -- properties ----------------------------------------------------------------------------
@@ -165,39 +169,35 @@ class XTTSTrainer(Trainer):
     def _micro_batches_done(self) -> int:
         return int(self.step.micro_step.numpy())
 
-    def _source_rows(self, init_from: Optional[str], resume_checkpoint: Optional[str],
+    def _source_rows(self, source: Optional[Source], resume_checkpoint: Optional[str],
                      reset: bool) -> Optional[SourceRows]:
-        """The embedding rows that hold another run's weights: of `init_from` for a run that
+        """The embedding rows that hold another run's weights: of `source` for a run that
         starts now, as recorded in model_info.json for one that resumes (None: no warm start)."""
-        if not reset and (resume_checkpoint or
-                          tf.train.get_checkpoint_state(self.run_directory)):
+        if not reset and (resume_checkpoint or listed_checkpoints(self.run_directory)):
             recorded = read_model_info(self.run_directory).get("init_from")
             return SourceRows(**recorded["source_rows"]) if recorded else None
-        if not init_from:
-            return None
-        return SourceRows.of(locate_source(init_from))
+        return SourceRows.of(source) if source else None
 
     def _restore(self, resume_checkpoint: Optional[str], reset: bool,
-                 init_from: Optional[str] = None) -> bool:
-        """The shared restore, then --init-from's weights for a run that starts at step 0 (a run
-        that resumes keeps its own weights)."""
+                 source: Optional[Source] = None) -> bool:
+        """The shared restore, then the source run's weights for a run that starts at step 0
+        (a run that resumes keeps its own weights)."""
         if reset:
             update_model_info(self.directory, init_from=None)
         restored = super()._restore(resume_checkpoint, reset)
-        if init_from and restored:
+        if source and restored:
             recorded = read_model_info(self.run_directory).get("init_from")
-            logger.info("--init-from %s is not applied again: %s", init_from,
+            logger.info("--init-from %s is not applied again: %s", source.directory,
                         f"this run started from {recorded['checkpoint']}" if recorded else
                         "this directory holds a run of its own; pass a new "
                         "--checkpoint-dir to warm-start")
-        elif init_from:
-            self._warm_start(init_from)
+        elif source:
+            self._warm_start(source)
         return restored
 
-    def _warm_start(self, init_from: str) -> None:
-        """Copies the model weights of `init_from` into this run's model (step 0, fresh
+    def _warm_start(self, source: Source) -> None:
+        """Copies the model weights of `source` into this run's model (step 0, fresh
         optimizer) and records where they came from in model_info.json."""
-        source = locate_source(init_from)
         path = resolve_checkpoint(source.directory, source.checkpoint)
         # A passing copy, in host memory and float32 (variables are float32 in every policy).
         policy = keras.mixed_precision.global_policy()

@@ -2,7 +2,7 @@
 
 `copy_source_weights` copies a source run's model weights into a freshly built model of the same
 architecture. Only the embedding tables may be larger in the new model (characters or languages
-the source never saw, myxtts.finetune): their source rows are copied and each new row starts at
+the source never saw, myxtts.source_run): their source rows are copied and each new row starts at
 the mean of the source rows (for tokens without the padding row), i.e. "an average character /
 language" rather than noise the trained layers after it never saw.
 
@@ -28,7 +28,7 @@ logger = logging.getLogger("myxtts.training")
 
 _DIFFERENT = ("The model does not have the source run's architecture ({}): under --init-from the "
               "new run's model fields must come from the source's config.yaml "
-              "(myxtts.finetune.warm_start_config does that).")
+              "(myxtts.source_run.warm_start_config does that).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class SourceRows:
 
     @classmethod
     def of(cls, source) -> "SourceRows":
-        """All rows of a source run (myxtts.finetune.Source)."""
+        """All rows of a source run (myxtts.source_run.Source)."""
         return cls(source.tokenizer.vocab_size, len(source.config.data.languages))
 
 

@@ -18,14 +18,18 @@ from typing import Optional
 
 import yaml
 
-from myxtts.cli import UsageError
 from myxtts.config import XTTSConfig, from_source_keys
 from myxtts.data import metadata as metadata_lib
 from myxtts.data.text import Tokenizer
+from myxtts.errors import MyXTTSError
 from myxtts.model_info import read_model_info
 from myxtts.run_directory import BEST_DIR, CONFIG_FILE, INDEX_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts")
+
+class SourceRunError(MyXTTSError, ValueError):
+    """The run a warm start names cannot be used, or the new run's config contradicts it."""
+
 
 RESUME_CONFLICT = ("--init-from and --resume-from contradict each other: --init-from starts a "
                    "new run from another run's weights, --resume-from continues a run. Pass one "
@@ -63,17 +67,17 @@ def locate_source(path: str) -> Source:
             folder, checkpoint = os.path.dirname(path), BEST_DIR
         index = os.path.join(path, INDEX_FILE)
         if not os.path.isfile(index):
-            raise UsageError(f"--init-from {path} holds no checkpoint ({index} does not exist). "
+            raise SourceRunError(f"--init-from {path} holds no checkpoint ({index} does not exist). "
                              f"{hint}")
     elif os.path.isfile(path + ".index"):
         folder, checkpoint = os.path.dirname(path), os.path.abspath(path)
         if os.path.basename(folder) == BEST_DIR and not _is_run(folder):
             folder = os.path.dirname(folder)
     else:
-        raise UsageError(f"--init-from {path} does not exist. {hint}")
+        raise SourceRunError(f"--init-from {path} does not exist. {hint}")
     for name in (CONFIG_FILE, VOCAB_FILE):
         if not os.path.isfile(os.path.join(folder, name)):
-            raise UsageError(f"--init-from {path}: {folder} has no {name}, so it is not a "
+            raise SourceRunError(f"--init-from {path}: {folder} has no {name}, so it is not a "
                              f"directory train_main.py wrote (it writes {CONFIG_FILE} and "
                              f"{VOCAB_FILE} next to the checkpoints). {hint}")
     return Source(folder, checkpoint, XTTSConfig.from_yaml(os.path.join(folder, CONFIG_FILE)),
@@ -113,7 +117,7 @@ def warm_start_config(config: XTTSConfig, config_path: str, source: Source, trai
                  for key in defining
                  if key in explicit and _get(config, key) != _get(source.config, key)]
     if differing:
-        raise UsageError(
+        raise SourceRunError(
             f"{config_path} sets fields that define the model to other values than "
             f"{os.path.join(source.directory, CONFIG_FILE)}, the model this run starts from: "
             f"{'; '.join(differing)}. Under --init-from the source run's config.yaml decides the "
