@@ -1,5 +1,5 @@
 """Input pipeline: batch contract and static bucket shapes, seeded epochs, feature cache rebuilds,
-the device feeder, and placement in a fresh two-logical-CPU process (data CPU:0 → model CPU:1)."""
+the device feeder, and placement on the test run's two logical CPUs (data CPU:0 → model CPU:1)."""
 
 import os
 import shutil
@@ -7,16 +7,17 @@ import tempfile
 import time
 import unittest
 
-import numpy as np
-import pytest
-import tensorflow as tf
+from tests.logical_devices import PLAN  # first: configures the devices before TensorFlow starts
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from myxtts.config import DataConfig
 from myxtts.data.buckets import make_buckets, optimal_boundaries, padding_fraction
 from myxtts.data.feeder import DeviceFeeder
 from myxtts.data.pipeline import InputPipeline
 from tests.data_samples import SAMPLE_DIR, copy_sample_rows, tiny_config, write_metadata
-from tests.device_harness import run_probe
 
 CONTRACT = {"tokens": tf.int32, "token_lengths": tf.int32, "language_ids": tf.int32,
             "mel": tf.float32, "mel_lengths": tf.int32, "ref_mel": tf.float32,
@@ -258,24 +259,17 @@ class CachedModeTest(unittest.TestCase):
 @pytest.mark.slow
 class PlacementTest(unittest.TestCase):
     def test_batches_on_data_device_features_on_model_device(self):
-        result = run_probe(f"""
-            import tempfile
-            from myxtts.config import XTTSConfig
-            from myxtts.data.pipeline import InputPipeline
-            config = XTTSConfig.from_yaml("configs/tiny.yaml")
-            pipeline = InputPipeline(config, {SAMPLE_DIR!r}, data_device=plan.data_device,
-                                     work_dir=tempfile.mkdtemp())
-            out = {{"raw": [], "featurized": [], "model": []}}
-            for batch in pipeline.train_dataset(0).take(2):
-                out["raw"] += [v.device for v in batch.values()]
-                with tf.device(plan.data_device):
-                    out["featurized"] += [v.device for v in pipeline.featurize(batch).values()]
-            with pipeline.train_batches(0, plan.model_device) as feeder:
-                out["fill"] = feeder.wait_until_filled(30)
-                for batch in feeder:
-                    out["model"] += [v.device for v in batch.values()]
-            print(json.dumps(out))
-        """)
+        pipeline = InputPipeline(tiny_config(), SAMPLE_DIR, data_device=PLAN.data_device,
+                                 work_dir=tempfile.mkdtemp())
+        result = {"raw": [], "featurized": [], "model": []}
+        for batch in pipeline.train_dataset(0).take(2):
+            result["raw"] += [v.device for v in batch.values()]
+            with tf.device(PLAN.data_device):
+                result["featurized"] += [v.device for v in pipeline.featurize(batch).values()]
+        with pipeline.train_batches(0, PLAN.model_device) as feeder:
+            result["fill"] = feeder.wait_until_filled(30)
+            for batch in feeder:
+                result["model"] += [v.device for v in batch.values()]
         self.assertTrue(result["raw"] and result["model"])
         self.assertTrue(all(d.endswith("CPU:0") for d in result["raw"]), result["raw"])
         self.assertTrue(all(d.endswith("CPU:0") for d in result["featurized"]))
