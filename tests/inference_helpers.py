@@ -1,10 +1,10 @@
-"""A tiny checkpoint directory written by the real trainer, for the synthesis and export tests.
+"""A tiny checkpoint directory for the synthesis and export tests, written without a trainer.
 
-XTTSTrainer builds the model, optimizer and counters and saves them with its CheckpointStore
-(the exact structure training writes), plus config.yaml and vocab.json. Training steps are
-skipped: they cost an XLA compile per bucket, and inference only needs weights in that layout.
-The config makes decoding run to the length limit (stop_threshold near 1: an untrained stop head
-would end at frame 1) with few steps so the XLA decode loop compiles quickly.
+The model (or the vocoder generator) is built and saved under `model/` (`generator/`) with the
+training CheckpointStore, the layout training writes, plus config.yaml and vocab.json; no
+optimizer, no training step: inference reads only the weights. The config makes decoding run to
+the length limit (stop_threshold near 1: an untrained stop head would end at frame 1) with few
+steps so the XLA decode loop compiles quickly.
 """
 
 import atexit
@@ -41,15 +41,32 @@ def make_checkpoint(checkpoint_dir: str, step: int = 1):
     """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir`; returns (prefix,
     the saved model weights). The weights are moved off their seeded initial values first, so a
     loader that silently kept initial values would not match them."""
-    from myxtts.training.trainer import XTTSTrainer  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    import keras
+    from myxtts.models.xtts import XTTSModel
     config = tiny_inference_config(checkpoint_dir)
-    trainer = XTTSTrainer(config, model_device="/CPU:0",
-                          tokenizer=sample_tokenizer(config.data.text_cleaners))
+    tokenizer = sample_tokenizer(config.data.text_cleaners)
+    keras.mixed_precision.set_global_policy("float32")
+    model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                      config.data.n_mels)
+    return _save(checkpoint_dir, config, tokenizer, {"model": model}, step), model.get_weights()
+
+
+def _save(directory: str, config: XTTSConfig, tokenizer, objects: dict, step: int) -> str:
+    """Moves every weight of `objects` off its seeded initial value (a loader that silently kept
+    initial values would not match) and saves them as ckpt-<step>, with config.yaml (and
+    vocab.json)."""
+    # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
+    from myxtts.training.checkpoints import CheckpointStore
     rng = np.random.default_rng(step)
-    for variable in trainer.model.trainable_variables:
-        variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
-    trainer.step.step.assign(step)
-    return trainer.checkpoints.save(step), trainer.model.get_weights()
+    for model in objects.values():
+        for variable in model.trainable_variables:
+            variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
+    store = CheckpointStore(directory, {**objects, "step": tf.Variable(step, dtype=tf.int64)},
+                            keep=5)
+    store.write_sidecars(config, tokenizer)
+    return store.save(step)
 
 
 _SHARED_VOCODER = {}
@@ -57,22 +74,16 @@ _SHARED_VOCODER = {}
 
 def shared_vocoder_checkpoint(generator: str = "hifigan"):
     """(directory, generator weights) of a tiny vocoder checkpoint (vocoder.generator =
-    `generator`) written by the real VocoderTrainer (generator weights moved off their initial
-    values, no training steps). One per generator and test process, shared by the synthesis and
-    export tests, which only read it (building the vocoder trainer costs seconds); removed at
-    exit."""
+    `generator`; generator weights moved off their initial values). One per generator and test
+    process, shared by the synthesis and export tests, which only read it; removed at exit."""
     if generator not in _SHARED_VOCODER:
         # pylint: disable=import-outside-toplevel
-        from myxtts.training.vocoder_trainer import VocoderTrainer
+        from myxtts.vocoder.generator import build_generator
         directory = os.path.join(tempfile.mkdtemp(prefix="myxtts-vocoder-"), "vocoder")
         atexit.register(shutil.rmtree, os.path.dirname(directory), True)
         config = tiny_inference_config(directory).override({"vocoder.generator": generator},
                                                            source="test")
-        trainer = VocoderTrainer(config, model_device="/CPU:0")
-        rng = np.random.default_rng(100)
-        for variable in trainer.generator.trainable_variables:
-            variable.assign(variable + rng.normal(0.0, 0.01, variable.shape).astype(np.float32))
-        trainer.step.step.assign(1)
-        trainer.checkpoints.save(1)
-        _SHARED_VOCODER[generator] = (directory, trainer.generator.get_weights())
+        built = build_generator(config)
+        _save(directory, config, None, {"generator": built}, 1)
+        _SHARED_VOCODER[generator] = (directory, built.get_weights())
     return _SHARED_VOCODER[generator]
