@@ -100,3 +100,13 @@ def test_reset_is_never_advised_while_a_readable_checkpoint_exists(tmp_path, war
     store, _, _ = _store(directory)
     assert store.restore_latest() == (os.path.join(directory, "ckpt-2"), 2)
     assert "--reset-training" not in warnings.text
+
+
+def test_a_worker_follows_the_chiefs_relative_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _save(os.path.join("runs", "chief"), [1, 2])
+    worker, step, weights = _store(str(tmp_path / "worker"))
+    assert worker.restore_latest_of(os.path.join("runs", "chief")) == (
+        os.path.join("runs", "chief", "ckpt-2"), 2)
+    assert float(weights[0]) == 2.0
+    assert worker.restore_latest_of(str(tmp_path / "nothing")) is None

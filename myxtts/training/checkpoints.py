@@ -278,6 +278,21 @@ class CheckpointStore:
                 f"deleted).")
         return None
 
+    def restore_latest_of(self, directory: str) -> Optional[Tuple[str, int]]:
+        """Restores the newest checkpoint of ANOTHER directory's index that restores intact (a
+        worker that is not the chief follows the chief's run) and changes nothing there;
+        returns (path, step), or None when it holds none."""
+        for path in reversed(listed_checkpoints(directory)):
+            if _missing(path):
+                logger.warning("Checkpoint %s is listed in %s but its files are missing.", path,
+                               os.path.join(directory, INDEX_FILE))
+                continue
+            try:
+                return path, self.restore(path)
+            except DamagedCheckpointError as e:
+                logger.warning("%s", e)
+        return None
+
     def _restore_unlisted(self, missing: List[str],
                           damaged: List[str]) -> Optional[Tuple[str, int]]:
         """No listed checkpoint restored: the newest intact ckpt-N in the folder that the index
