@@ -333,7 +333,12 @@ def _report(summary, what: str, measure: str, work_dir: str) -> int:
     if not summary.reason.startswith("signal"):
         return 0
     import signal  # pylint: disable=import-outside-toplevel
-    print(f"Interrupted at step {summary.step}: run the same command again to resume from "
+    # Run again as it is, --resume-from would go back to its checkpoint and --reset-training
+    # would start over: both are left out of the command that resumes.
+    once = [f"--{flag}" for flag in ("resume-from", "reset-training") if FLAGS[flag].present]
+    command = (f"the same command without {' and '.join(once)}" if once else
+               "the same command again")
+    print(f"Interrupted at step {summary.step}: run {command} to resume from "
           f"{summary.checkpoint} (nothing is lost).")
     return 128 + int(signal.Signals[summary.reason.split()[-1]])
 

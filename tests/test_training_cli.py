@@ -262,5 +262,25 @@ class SeedCommandLineTest(unittest.TestCase):
         self.assertNotIn("Traceback", proc.stderr)
 
 
+def test_the_resume_hint_leaves_out_flags_that_would_go_back(capsys):
+    """After a signal, running the printed command resumes where the run stopped: a run started
+    with --resume-from or --reset-training is told to leave them out."""
+    import train_main  # pylint: disable=import-outside-toplevel
+    from myxtts.training.base import FitSummary  # pylint: disable=import-outside-toplevel
+    summary = FitSummary(7, 0, "signal SIGINT", "runs/x/ckpt-7", None)
+    cases = [([], "run the same command again to resume from runs/x/ckpt-7"),
+             (["--resume-from", "runs/x/ckpt-3"],
+              "run the same command without --resume-from to resume from runs/x/ckpt-7"),
+             (["--reset-training"], "run the same command without --reset-training to resume")]
+    for argv, expected in cases:
+        train_main.FLAGS(["train_main.py", *argv])
+        try:
+            code = train_main._report(summary, "", "validation loss", "runs/x")
+        finally:
+            train_main.FLAGS.unparse_flags()
+        assert code == 128 + 2
+        assert expected in capsys.readouterr().out.strip().splitlines()[-1]
+
+
 if __name__ == "__main__":
     unittest.main()
