@@ -252,9 +252,10 @@ def main(argv) -> int:
         # MultiWorkerMirroredStrategy must start before any TensorFlow operation runs (and
         # waits for every worker: only when training).
         distribution = _distribution(plan) if training else None
-    logger.info("%s", devices.startup_report(plan))
+    from myxtts import device_probes  # pylint: disable=import-outside-toplevel  (TensorFlow)
+    logger.info("%s", device_probes.startup_report(plan))
     if FLAGS["device-check"].value:
-        for line in devices.self_check(plan):
+        for line in device_probes.self_check(plan):
             print(line)
         return 0
     if FLAGS["validate-only"].value:

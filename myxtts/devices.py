@@ -1,9 +1,12 @@
-"""Device planning and early device configuration.
+"""Device planning and early device configuration, before TensorFlow starts.
 
-This module must stay importable WITHOUT importing TensorFlow: `train_main.py` builds a
-`DevicePlan` from its flags and calls `configure(plan)` before TensorFlow is imported, because
-visible devices (CUDA_VISIBLE_DEVICES) and memory growth are read once, when TensorFlow first
-touches the GPU driver.
+This module must stay importable and usable for planning WITHOUT importing TensorFlow:
+`train_main.py` builds a `DevicePlan` from its flags and calls `configure(plan)` before
+TensorFlow is imported, because visible devices (CUDA_VISIBLE_DEVICES) and memory growth are read
+once, when TensorFlow first touches the GPU driver. `configure` imports TensorFlow itself, once
+the environment is set, and `get_device_context` at its call. What the configured devices can do
+(precision support, the start-up report, the self-check) is `myxtts.device_probes`, which needs
+TensorFlow.
 
 Plans (see docs/dual_gpu.md):
   dual      --data-gpu A --model-gpu B, A != B: only physical GPUs A and B are visible, remapped so
@@ -209,7 +212,8 @@ def _env_int(name: str) -> Optional[int]:
             f"such as 0 or 1, or unset it.") from None
 
 
-def _gpu_list_text(gpus: Sequence[GpuInfo]) -> str:
+def gpu_list_text(gpus: Sequence[GpuInfo]) -> str:
+    """"GPUs found: GPU 0 (...); GPU 1 (...)", for errors and the start-up report."""
     if not gpus:
         return "no GPUs were found on this machine"
     return "GPUs found: " + "; ".join(g.describe() for g in gpus)
@@ -272,7 +276,7 @@ def plan_devices(data_gpu: Optional[int] = None,
         if value is not None and value < 0:
             raise DeviceConfigurationError(
                 f"{flag} {value} is not a GPU index: indices start at 0. "
-                f"{_gpu_list_text(gpus)}. Pass an index from that list, or leave the flag out.")
+                f"{gpu_list_text(gpus)}. Pass an index from that list, or leave the flag out.")
     for flag, value in (("--data-gpu-memory", data_memory_mb),
                         ("--model-gpu-memory", model_memory_mb)):
         if value is not None and value <= 0:
@@ -304,7 +308,7 @@ def plan_devices(data_gpu: Optional[int] = None,
         if value is not None and value >= count:
             raise DeviceConfigurationError(
                 f"{flag} {value} does not exist: this machine has {count} GPU(s). "
-                f"{_gpu_list_text(gpus)}. Choose indices between 0 and {count - 1}.")
+                f"{gpu_list_text(gpus)}. Choose indices between 0 and {count - 1}.")
 
     if data_gpu is None and model_gpu is None:
         data_gpu = model_gpu = 0
@@ -409,20 +413,20 @@ def _plan_distributed(strategy: str, data_gpu: Optional[int], model_gpus: List[i
             flag = "--data-gpu" if gpu == data_gpu and gpu not in model_gpus else "--model-gpus"
             raise DeviceConfigurationError(
                 f"{flag}: GPU {gpu} does not exist: this machine has {count} GPU(s). "
-                f"{_gpu_list_text(gpus)}. Choose indices between 0 and {count - 1}.")
+                f"{gpu_list_text(gpus)}. Choose indices between 0 and {count - 1}.")
     if data_gpu is None:
         free = [g.index for g in gpus if g.index not in model_gpus]
         if not free:
             raise DeviceConfigurationError(
                 f"--model-gpus {ids} takes every GPU of this machine, so none is left for the "
                 f"data device. Name fewer model GPUs, or the data GPU with --data-gpu. "
-                f"{_gpu_list_text(gpus)}.")
+                f"{gpu_list_text(gpus)}.")
         data_gpu = free[0]
     if data_gpu in model_gpus:
         raise DeviceConfigurationError(
             f"--data-gpu {data_gpu} is also in --model-gpus {ids}: the data device featurises "
             f"every replica's batch and needs a GPU of its own. Pick a data GPU outside the "
-            f"model GPUs. {_gpu_list_text(gpus)}.")
+            f"model GPUs. {gpu_list_text(gpus)}.")
     if strategy == "multi_worker":
         models = tuple(f"/GPU:{i}" for i in range(n))
         data = f"/GPU:{n}"
@@ -499,7 +503,7 @@ def configure(plan: DevicePlan) -> DevicePlan:
             f"After restricting CUDA_VISIBLE_DEVICES to {os.environ['CUDA_VISIBLE_DEVICES']}, "
             f"TensorFlow sees {len(gpus)} GPU(s) instead of {expected}. Check that this "
             f"TensorFlow build has GPU support (`pip install tensorflow[and-cuda]`) and that "
-            f"`nvidia-smi` lists the GPUs. {_gpu_list_text(plan.gpus_found)}.")
+            f"`nvidia-smi` lists the GPUs. {gpu_list_text(plan.gpus_found)}.")
     if plan.mode == "split":
         tf.config.set_logical_device_configuration(gpus[0], [
             tf.config.LogicalDeviceConfiguration(memory_limit=plan.data_memory_mb),
@@ -519,7 +523,7 @@ def configure(plan: DevicePlan) -> DevicePlan:
 
 
 # --------------------------------------------------------------------------------------------
-# After configuration
+# After configuration (TensorFlow is imported at the call, not at this module's import)
 # --------------------------------------------------------------------------------------------
 
 def get_device_context(device: Optional[str] = None):
@@ -530,98 +534,3 @@ def get_device_context(device: Optional[str] = None):
     if tf.config.list_logical_devices("GPU"):
         return tf.device("/GPU:0")
     return tf.device("/CPU:0")
-
-
-@dataclasses.dataclass(frozen=True)
-class PrecisionSupport:
-    """What a device can do fast: fp16 (tensor cores), bf16, TF32."""
-
-    device: str
-    description: str
-    fp16: bool
-    bf16: bool
-    tf32: bool
-
-
-def precision_support(device: str) -> PrecisionSupport:
-    """Detects precision support for a logical device (GPU: compute capability; CPU: flags)."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    if "GPU" in device.upper():
-        index = int(device.rsplit(":", 1)[1])
-        physical = tf.config.list_physical_devices("GPU")
-        # Logical GPUs of a split map onto physical GPU 0.
-        gpu = physical[min(index, len(physical) - 1)]
-        details = tf.config.experimental.get_device_details(gpu)
-        cc = details.get("compute_capability") or (0, 0)
-        name = details.get("device_name", "GPU")
-        return PrecisionSupport(device, f"{name}, compute capability {cc[0]}.{cc[1]}",
-                                fp16=cc >= (7, 0), bf16=cc >= (8, 0), tf32=cc >= (8, 0))
-    flags = _cpu_flags()
-    bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
-    return PrecisionSupport(device, "CPU" + (" with AVX512-BF16/AMX" if bf16 else ""),
-                            fp16=False, bf16=bf16, tf32=False)
-
-
-def _cpu_flags() -> set:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def startup_report(plan: DevicePlan) -> str:
-    """The startup log block: roles, physical ids, memory settings, precision support."""
-    def support(dev):
-        p = precision_support(dev)
-        yn = lambda b: "yes" if b else "no"  # noqa: E731
-        return f"{p.description}; fp16 {yn(p.fp16)}, bf16 {yn(p.bf16)}, TF32 {yn(p.tf32)}"
-
-    def memory(mb):
-        return f"limit {mb} MB" if mb else "growth on, no limit" if plan.uses_gpu else "host RAM"
-
-    gpu_ids = plan.physical_model_gpus or (plan.physical_model_gpu,)
-    phys = ("-", ["-"] * len(plan.replica_devices)) if not plan.uses_gpu else (
-        plan.physical_data_gpu, gpu_ids)
-    lines = [
-        f"Device plan: {plan.mode}" + (f", {plan.strategy} strategy" if plan.model_devices
-                                       else ""),
-        f"  {plan.mapping_line()}",
-        f"  data device  {plan.data_device}: physical {phys[0]}, {memory(plan.data_memory_mb)}; "
-        f"{support(plan.data_device)}",
-    ] + [
-        f"  model device {device}: physical {gpu}, {memory(plan.model_memory_mb)}; "
-        f"{support(device)}" for device, gpu in zip(plan.replica_devices, phys[1])
-    ]
-    if plan.cluster is not None:
-        lines.append(f"  cluster: {plan.cluster.describe()}")
-    if plan.gpus_found:
-        lines.append("  " + _gpu_list_text(plan.gpus_found))
-    from myxtts.tfio_support import tensorflow_io_status  # pylint: disable=import-outside-toplevel
-    lines.append(f"  tensorflow-io: {tensorflow_io_status()[1]}")
-    return "\n".join(lines)
-
-
-def self_check(plan: DevicePlan) -> List[str]:
-    """Places a tensor on each device and copies data → model; returns the report lines."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    with get_device_context(plan.data_device):
-        batch = tf.random.uniform([4, 80])
-    lines = [f"tensor on data device:       {batch.device}"]
-    ok = batch.device.endswith(plan.data_device.lstrip("/"))
-    for device in plan.replica_devices:
-        with get_device_context(device):
-            on_model = tf.identity(batch)
-            weights = tf.Variable(tf.ones([80, 8]), name="self_check_weights")
-            result = tf.matmul(on_model, weights)
-        lines += [f"copied to model device:      {on_model.device}",
-                  f"variable on model device:    {weights.device}",
-                  f"matmul result on:            {result.device}"]
-        ok = ok and result.device.endswith(device.lstrip("/"))
-    lines.append("self-check: OK" if ok else "self-check: FAILED (placements differ from plan)")
-    if not ok:
-        raise DeviceConfigurationError("Device self-check failed:\n" + "\n".join(lines))
-    return lines

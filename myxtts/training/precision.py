@@ -2,7 +2,7 @@
 bfloat16 (no loss scaling), plus the TF32 switch.
 
 `resolve_precision` decides from `training.precision` and what the model device supports
-(`myxtts.devices.precision_support`) and says why in one log line; `apply_precision` sets the
+(`myxtts.device_probes.precision_support`) and says why in one log line; `apply_precision` sets the
 Keras global dtype policy, which layers read when they are CREATED, so it runs before the model
 is built.
 """
@@ -15,7 +15,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from myxtts.devices import precision_support
+from myxtts.device_probes import precision_support
 
 logger = logging.getLogger("myxtts.training")
 
