@@ -23,12 +23,12 @@ import yaml
 from absl import app, flags
 
 from myxtts import devices
-from myxtts.cli import UsageError, quiet_tensorflow_start, run_guarded, setup_logging
+from myxtts.cli import UsageError, flag_hint, quiet_tensorflow_start, run_guarded, setup_logging
 from myxtts.config import TrainingConfig, XTTSConfig
-from myxtts.data.metadata import check_separator, find_metadata
+from myxtts.data.metadata import DatasetError, check_separator, find_metadata
 from myxtts.errors import MyXTTSError
-from myxtts.source_run import (RESUME_CONFLICT, Source, continued_run, locate_source,
-                             warm_start_config)
+from myxtts.source_run import (RESUME_CONFLICT, Source, SourceRunError, continued_run,
+                               locate_source, warm_start_config)
 from myxtts.model_info import read_model_info
 from myxtts.run_directory import (CONFIG_FILE, GTA_DIR, MODEL_INFO_FILE, TENSORBOARD_DIR,
                                   VOCAB_FILE)
@@ -179,9 +179,10 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
         raise UsageError("Nothing to do: pass --train-data DIR to train (see "
                          "docs/training.md), --validate-only to check a dataset, or "
                          "--device-check to check the devices.")
-    check_separator(find_metadata(FLAGS["train-data"].value, "train"))
-    if FLAGS["val-data"].value:
-        check_separator(find_metadata(FLAGS["val-data"].value, "val"))
+    for flag, role in (("train-data", "train"), ("val-data", "val")):
+        if FLAGS[flag].value:
+            with flag_hint(f"(--{flag} {FLAGS[flag].value})", DatasetError):
+                check_separator(find_metadata(FLAGS[flag].value, role))
     resume_from = FLAGS["resume-from"].value
     if resume_from and not (os.path.exists(resume_from) or os.path.exists(resume_from + ".index")):
         raise UsageError(f"--resume-from {resume_from} does not exist. Pass a checkpoint prefix "
@@ -190,8 +191,10 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
     if not FLAGS["init-from"].value:
         return None
     if resume_from:
-        raise UsageError(RESUME_CONFLICT)
-    source = locate_source(FLAGS["init-from"].value)
+        raise UsageError(f"{RESUME_CONFLICT} (--init-from {FLAGS['init-from'].value} asks for a "
+                         f"warm start, --resume-from {resume_from} for a resume.)")
+    with flag_hint(f"(--init-from {FLAGS['init-from'].value})", SourceRunError):
+        source = locate_source(FLAGS["init-from"].value)
     work_dir = os.path.abspath(config.training.checkpoint_dir)
     if work_dir == os.path.abspath(source.directory):
         raise UsageError(f"--init-from {FLAGS['init-from'].value} is the run in --checkpoint-dir "
@@ -231,8 +234,13 @@ def main(argv) -> int:
         if source is None and not FLAGS["reset-training"].value:
             source = continued_run(config.training.checkpoint_dir)
     if source is not None:
-        config = warm_start_config(config, _config_path(FLAGS.config), source,
-                                   FLAGS["train-data"].value, FLAGS["val-data"].value)
+        hint = (f"(--init-from {FLAGS['init-from'].value}: leave it out, with a new "
+                f"--checkpoint-dir, to train from scratch.)" if FLAGS["init-from"].value else
+                f"(--checkpoint-dir {config.training.checkpoint_dir} continues a warm-started "
+                f"run.)")
+        with flag_hint(hint, SourceRunError):
+            config = warm_start_config(config, _config_path(FLAGS.config), source,
+                                       FLAGS["train-data"].value, FLAGS["val-data"].value)
     model_gpus = FLAGS["model-gpus"].value
     plan = devices.plan_devices(
         FLAGS["data-gpu"].value, FLAGS["model-gpu"].value,

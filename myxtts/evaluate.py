@@ -18,7 +18,6 @@ TensorFlow is imported only after the arguments are checked.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 from typing import Optional, Sequence
@@ -75,22 +74,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_args(args)
     config = XTTSConfig.from_yaml(os.path.join(args.checkpoint_dir, CONFIG_FILE))
     info = read_model_info(args.checkpoint_dir)
-    hint = flag_hint("Pass --data DIR: the dataset folder (metadata.csv + wavs/) to take the "
-                     "held-out sentences from.", DatasetError)
-    with hint if args.data is None else contextlib.nullcontext():
+    data_hint = (f"(--data {args.data})" if args.data else
+                 "Pass --data DIR: the dataset folder (metadata.csv + wavs/) to take the "
+                 "held-out sentences from.")
+    with flag_hint(data_hint, DatasetError):
         sentences = find_sentences(config, args.checkpoint_dir, args.data, info)
     synth = load_synthesizer(args)
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
-    from myxtts.evaluation.recognizer import load_recognizer
-    picks, lonely = pick_sentences(sentences, synth.config, synth.tokenizer, args.num,
-                                   args.seed)
+    from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
+    with flag_hint("(--data DIR names the dataset folder to evaluate.)", DatasetError):
+        picks, lonely = pick_sentences(sentences, synth.config, synth.tokenizer, args.num,
+                                       args.seed)
     if len(picks) < args.num:
         logger.warning("--num %d: only %d held-out sentence(s) can be evaluated (%s holds no "
                        "more usable ones). For more, pass --data with a dataset folder the run "
                        "did not train on (every row of it is held out).", args.num, len(picks),
                        sentences.source)
     languages = [synth.languages[p.item.language_id] for p in picks]
-    recognizer, why_not = load_recognizer(args.recognizer, languages)
+    with flag_hint("Pass --recognizer none (or auto) to evaluate without word error rates.",
+                   RecognizerUnavailableError):
+        recognizer, why_not = load_recognizer(args.recognizer, languages)
+    if args.recognizer == "none":
+        why_not = f"{why_not} (--recognizer none)"
     logger.info("Evaluating %d sentence(s) from %s; word error rate: %s.", len(picks),
                 sentences.source, recognizer.name if recognizer else f"not measured ({why_not})")
     rows = evaluate(synth, picks, recognizer)

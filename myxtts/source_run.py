@@ -31,9 +31,9 @@ class SourceRunError(MyXTTSError, ValueError):
     """The run a warm start names cannot be used, or the new run's config contradicts it."""
 
 
-RESUME_CONFLICT = ("--init-from and --resume-from contradict each other: --init-from starts a "
-                   "new run from another run's weights, --resume-from continues a run. Pass one "
-                   "of them.")
+RESUME_CONFLICT = ("A warm start and a resume contradict each other: a warm start begins a new "
+                   "run from another run's weights, a resume continues a run from its own "
+                   "checkpoint. Ask for one of them.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,10 +56,11 @@ def _is_run(directory: str) -> bool:
 
 
 def locate_source(path: str) -> Source:
-    """The run --init-from names: a run directory (its latest checkpoint), DIR/best, or a
+    """The run a warm start names: a run directory (its latest checkpoint), DIR/best, or a
     checkpoint prefix (DIR/ckpt-N, DIR/best/ckpt-N; a trailing .index is fine)."""
-    hint = ("Pass the --checkpoint-dir of a trained run (its latest checkpoint is used), DIR/best "
-            "for its best checkpoint, or a checkpoint prefix such as DIR/ckpt-2000.")
+    hint = ("A warm-start source is the directory of a trained run (its latest checkpoint is "
+            "used), DIR/best for its best checkpoint, or a checkpoint prefix such as "
+            "DIR/ckpt-2000.")
     path = os.path.normpath(path[: -len(".index")] if path.endswith(".index") else path)
     if os.path.isdir(path):
         folder, checkpoint = path, None
@@ -67,19 +68,19 @@ def locate_source(path: str) -> Source:
             folder, checkpoint = os.path.dirname(path), BEST_DIR
         index = os.path.join(path, INDEX_FILE)
         if not os.path.isfile(index):
-            raise SourceRunError(f"--init-from {path} holds no checkpoint ({index} does not exist). "
-                             f"{hint}")
+            raise SourceRunError(f"The warm-start source {path} holds no checkpoint ({index} "
+                                 f"does not exist). {hint}")
     elif os.path.isfile(path + ".index"):
         folder, checkpoint = os.path.dirname(path), os.path.abspath(path)
         if os.path.basename(folder) == BEST_DIR and not _is_run(folder):
             folder = os.path.dirname(folder)
     else:
-        raise SourceRunError(f"--init-from {path} does not exist. {hint}")
+        raise SourceRunError(f"The warm-start source {path} does not exist. {hint}")
     for name in (CONFIG_FILE, VOCAB_FILE):
         if not os.path.isfile(os.path.join(folder, name)):
-            raise SourceRunError(f"--init-from {path}: {folder} has no {name}, so it is not a "
-                             f"directory train_main.py wrote (it writes {CONFIG_FILE} and "
-                             f"{VOCAB_FILE} next to the checkpoints). {hint}")
+            raise SourceRunError(f"The warm-start source {path}: {folder} has no {name}, so it "
+                                 f"is not a run directory (training writes {CONFIG_FILE} and "
+                                 f"{VOCAB_FILE} next to the checkpoints). {hint}")
     return Source(folder, checkpoint, XTTSConfig.from_yaml(os.path.join(folder, CONFIG_FILE)),
                   Tokenizer.load(os.path.join(folder, VOCAB_FILE)))
 
@@ -120,9 +121,9 @@ def warm_start_config(config: XTTSConfig, config_path: str, source: Source, trai
         raise SourceRunError(
             f"{config_path} sets fields that define the model to other values than "
             f"{os.path.join(source.directory, CONFIG_FILE)}, the model this run starts from: "
-            f"{'; '.join(differing)}. Under --init-from the source run's config.yaml decides the "
+            f"{'; '.join(differing)}. In a warm start the source run's config.yaml decides the "
             f"model: remove these keys from {config_path} (configs/finetune.yaml sets none of "
-            f"them), or train from scratch without --init-from in a new --checkpoint-dir.")
+            f"them), or train from scratch, without a warm start, in a new run directory.")
     inherited = defining + [f"model.{f.name}" for f in dataclasses.fields(config.model)
                             if f"model.{f.name}" not in explicit]
     for key in inherited:

@@ -66,10 +66,11 @@ class ErrorsBeforeTensorFlowTest(unittest.TestCase):
 
     def test_missing_inputs(self):
         missing = os.path.join(self.tmp, "nowhere")
-        self._fails_before_tensorflow("--train-data", missing, expect=f"{missing} (--train-data) "
-                                                                     f"does not exist")
-        self._fails_before_tensorflow("--train-data", SAMPLE_DIR, "--val-data", missing,
-                                      expect=f"{missing} (--val-data) does not exist")
+        self.assertIn(f"(--train-data {missing})", self._fails_before_tensorflow(
+            "--train-data", missing, expect=f"The dataset folder {missing} does not exist"))
+        self.assertIn(f"(--val-data {missing})", self._fails_before_tensorflow(
+            "--train-data", SAMPLE_DIR, "--val-data", missing,
+            expect=f"The dataset folder {missing} does not exist"))
         self._fails_before_tensorflow("--train-data", SAMPLE_DIR, "--resume-from", missing,
                                       expect=f"--resume-from {missing} does not exist")
         self._fails_before_tensorflow(expect="Nothing to do: pass --train-data DIR")

@@ -1,6 +1,8 @@
 """Validation: one test per rule — the broken row is reported (with its path) and is not in the
 training data — plus the fail policy, the summary table, missing folders and the saved split."""
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -14,7 +16,9 @@ from myxtts.data import metadata
 from myxtts.data.metadata import DatasetError
 from myxtts.data.prepare import prepare_dataset
 from myxtts.data.validation import DatasetValidationError
-from myxtts.model_info import read_model_info
+from myxtts.evaluate import guarded_main as evaluate_command
+from myxtts.evaluation.free_running import find_sentences
+from myxtts.model_info import read_model_info, update_model_info
 from tests.data_samples import copy_sample_rows, speech, tiny_config, write_metadata
 
 GOOD = 8  # real utterances copied from the bundled sample
@@ -213,12 +217,14 @@ class FolderAndFormatTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def test_missing_folder_names_the_path(self):
+    def test_missing_folder_names_the_path_not_a_flag(self):
+        """The library is reached from train_main.py (--train-data, --val-data) and
+        myxtts-evaluate (--data): each command adds its own flag (tests/test_cli_start.py)."""
         missing = os.path.join(self.tmp, "nowhere")
         with self.assertRaises(DatasetError) as ctx:
             prepare_dataset(tiny_config(), missing)
-        self.assertIn(missing, str(ctx.exception))
-        self.assertIn("--train-data", str(ctx.exception))
+        self.assertIn(f"The dataset folder {missing} does not exist", str(ctx.exception))
+        self.assertNotIn("--", str(ctx.exception))
 
     def test_empty_folder_names_the_path(self):
         with self.assertRaisesRegex(DatasetError, f"{self.tmp}.*is empty"):
@@ -263,6 +269,49 @@ class FolderAndFormatTest(unittest.TestCase):
         self.assertEqual(prepared.report.count("no_reference", "train"), 1)
         self.assertEqual(prepared.report.count("no_reference", "val"), 1)
         self.assertIn("has no second utterance", prepared.report.table())
+
+
+class EvaluationDataErrorsTest(unittest.TestCase):
+    """The evaluation library names the dataset folder and where it came from; myxtts-evaluate
+    adds --data (arguments only: the errors come before a model is loaded)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.run_dir = os.path.join(self.tmp, "run")
+        os.makedirs(self.run_dir)
+        self.config = tiny_config()
+        self.config.to_yaml(os.path.join(self.run_dir, "config.yaml"))
+        self.gone = os.path.join(self.tmp, "gone")
+        update_model_info(self.run_dir, dataset={
+            "train_metadata": os.path.join(self.gone, "metadata.csv")})
+        self.info = read_model_info(self.run_dir)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def evaluate(self, *argv):
+        stderr = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+            code = evaluate_command(["--checkpoint-dir", self.run_dir, *argv])
+        self.assertEqual(code, 2, stderr.getvalue())
+        return stderr.getvalue()
+
+    def test_the_library_names_the_folder_and_the_command_adds_the_flag(self):
+        with self.assertRaises(DatasetError) as recorded:
+            find_sentences(self.config, self.run_dir, None, self.info)
+        library = str(recorded.exception)
+        self.assertIn(f"The dataset folder {self.gone} does not exist", library)
+        self.assertIn(f"the run's training data, as {self.run_dir}/model_info.json", library)
+        self.assertNotIn("--", library)
+        self.assertIn(f"{library} Pass --data DIR", self.evaluate())
+
+        other = os.path.join(self.tmp, "other")
+        with self.assertRaises(DatasetError) as named:
+            find_sentences(self.config, self.run_dir, other, self.info)
+        library = str(named.exception)
+        self.assertIn(f"The dataset folder {other} does not exist", library)
+        self.assertNotIn("--", library)
+        self.assertIn(f"{library} (--data {other})", self.evaluate("--data", other))
 
 
 class SplitTest(unittest.TestCase):

@@ -195,7 +195,7 @@ class RecognizerTest(unittest.TestCase):
         self.assertIsNone(recognizer)
         self.assertIn("only has an English model", why)
         self.assertIn("de", why)
-        self.assertEqual(load_recognizer("none", ["en"]), (None, "not asked for (--recognizer none)"))
+        self.assertEqual(load_recognizer("none", ["en"]), (None, "not asked for"))
 
     @pytest.mark.slow
     @unittest.skipUnless(importlib.util.find_spec("pocketsphinx"), "pocketsphinx not installed")

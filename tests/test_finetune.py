@@ -25,7 +25,7 @@ import yaml
 
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
-from myxtts.source_run import continued_run, locate_source, warm_start_config
+from myxtts.source_run import SourceRunError, continued_run, locate_source, warm_start_config
 from myxtts.model_info import update_model_info
 from tests.data_samples import sample_rows, write_metadata
 from tests.device_harness import REPO
@@ -270,12 +270,32 @@ class WarmStartArgumentsTest(unittest.TestCase):
         self.fails_before_tensorflow("--config", "configs/finetune.yaml", "--init-from",
                                      self.source, "--resume-from", self.source,
                                      "--checkpoint-dir", run_dir,
-                                     expect="--init-from and --resume-from contradict")
+                                     expect=f"A warm start and a resume contradict each other: "
+                                            f"a warm start begins a new run from another run's "
+                                            f"weights, a resume continues a run from its own "
+                                            f"checkpoint. Ask for one of them. (--init-from "
+                                            f"{self.source} asks for a warm start, --resume-from "
+                                            f"{self.source} for a resume.)")
         missing = os.path.join(self.tmp, "nowhere")
         self.fails_before_tensorflow("--config", "configs/finetune.yaml", "--init-from", missing,
                                      "--checkpoint-dir", run_dir,
-                                     expect=f"--init-from {missing} does not exist")
+                                     expect=f"The warm-start source {missing} does not exist")
         self.assertFalse(os.path.exists(run_dir))
+
+    def test_the_library_names_the_source_and_the_command_its_flag(self):
+        """locate_source is reached from train_main.py and from XTTSTrainer(init_from=...): its
+        errors name the path; train_main.py adds --init-from."""
+        empty = os.path.join(self.tmp, "empty_run")
+        os.makedirs(empty, exist_ok=True)
+        with self.assertRaises(SourceRunError) as error:
+            locate_source(empty)
+        library = str(error.exception)
+        self.assertIn(f"The warm-start source {empty} holds no checkpoint", library)
+        self.assertNotIn("--", library)
+        command = self.fails_before_tensorflow(
+            "--config", "configs/finetune.yaml", "--init-from", empty, "--checkpoint-dir",
+            os.path.join(self.tmp, "run_from_empty"), expect=library)
+        self.assertIn(f"{library} (--init-from {empty})", command)
 
     def test_config_takes_the_model_and_extends_the_languages(self):
         path = self.yaml("ft.yaml", {"model": {"dropout": 0.0}, "data": {"batch_size": 2}})

@@ -64,22 +64,22 @@ class ParseProblem:
 
 
 def find_metadata(directory: str, role: str) -> str:
-    """The metadata file of `directory` for role 'train' or 'val' ('val' only for --val-data).
+    """The metadata file of dataset folder `directory` for role 'train' or 'val'.
 
     train: metadata_train.csv, else metadata.csv.  val: metadata_eval.csv, metadata_val.csv,
-    else metadata.csv. Missing or empty folders are errors naming the path.
+    else metadata.csv. Missing or empty folders are errors naming the path (a command adds
+    which of its flags named it).
     """
-    flag = "--train-data" if role == "train" else "--val-data"
     if not directory:
-        raise DatasetError(f"No dataset folder given: pass {flag} DIR, a folder with "
-                           f"metadata.csv and wavs/.")
+        raise DatasetError("No dataset folder given: a dataset is a folder with metadata.csv and "
+                           "wavs/.")
     if not os.path.isdir(directory):
-        raise DatasetError(f"Dataset folder {directory} ({flag}) does not exist. Pass a folder "
+        raise DatasetError(f"The dataset folder {directory} does not exist. A dataset is a folder "
                            f"that holds metadata.csv and wavs/ (LJSpeech layout).")
     if not os.listdir(directory):
-        raise DatasetError(f"Dataset folder {directory} ({flag}) is empty. It should hold "
-                           f"metadata.csv (id|text|normalized_text[|speaker[|language]]) and a "
-                           f"wavs/ folder with the recordings.")
+        raise DatasetError(f"The dataset folder {directory} is empty. It should hold metadata.csv "
+                           f"(id|text|normalized_text[|speaker[|language]]) and a wavs/ folder "
+                           f"with the recordings.")
     names = (["metadata_train.csv", "metadata.csv"] if role == "train" else
              ["metadata_eval.csv", "metadata_val.csv", "metadata.csv"])
     for name in names:
@@ -90,17 +90,16 @@ def find_metadata(directory: str, role: str) -> str:
     if audio:
         example = os.path.splitext(os.path.basename(audio[0]))[0]
         raise DatasetError(
-            f"Dataset folder {directory} ({flag}) holds {len(audio)} audio file(s) but no "
+            f"The dataset folder {directory} holds {len(audio)} audio file(s) but no "
             f"{' or '.join(names)}, which says what is spoken in each. Write "
             f"{os.path.join(directory, 'metadata.csv')}: UTF-8, one line per recording, "
             f"<file name without extension>|<the words exactly as spoken>, e.g. "
             f"'{example}|Hello, this is my voice.' (optional further columns: "
             f"|normalized_text|speaker|language). `ls` gives the names; a speech recogniser "
             f"(e.g. Whisper) can draft the texts, which you then correct by listening.")
-    raise DatasetError(f"Dataset folder {directory} ({flag}) has no {' or '.join(names)} and "
-                       f"no audio. Add the recordings (in wavs/ or next to the metadata file) "
-                       f"and a metadata file with rows id|text|normalized_text"
-                       f"[|speaker[|language]].")
+    raise DatasetError(f"The dataset folder {directory} has no {' or '.join(names)} and no "
+                       f"audio. Add the recordings (in wavs/ or next to the metadata file) and a "
+                       f"metadata file with rows id|text|normalized_text[|speaker[|language]].")
 
 
 def eval_metadata_beside(train_metadata: str) -> Optional[str]:

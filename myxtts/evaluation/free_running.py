@@ -68,8 +68,10 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
     try:
         metadata_path = metadata_lib.find_metadata(data_dir, "train")
     except DatasetError as e:
-        flag = "--data" if data else f"the training data in {checkpoint_dir}/model_info.json"
-        raise DatasetError(str(e).replace("--train-data", flag)) from None
+        if data:
+            raise
+        raise DatasetError(f"{e} (It is the run's training data, as "
+                           f"{checkpoint_dir}/model_info.json records it.)") from None
     speaker = os.path.basename(os.path.normpath(data_dir)) or "speaker"
     rows, _ = metadata_lib.read_metadata(metadata_path, speaker, d.default_language)
     if trained_on is not None and not _same_dir(trained_on, data_dir):
@@ -129,8 +131,9 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
         raise DatasetError(
             f"No usable held-out sentence in {sentences.source} ({len(sentences.held_out)} "
             f"row(s) before the dataset checks, {len(lonely)} of them without another "
-            f"utterance of their speaker to use as the reference). Pass --data with a dataset "
-            f"folder the run did not train on, holding at least two recordings per speaker.")
+            f"utterance of their speaker to use as the reference). Evaluate a dataset folder "
+            f"the run did not train on instead, one holding at least two recordings per "
+            f"speaker.")
     pools = reference_pools(items)["held_out"]
     rng = np.random.default_rng(seed)
     chosen = sorted(rng.choice(len(usable), size=min(num, len(usable)), replace=False))

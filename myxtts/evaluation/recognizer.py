@@ -21,7 +21,7 @@ ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb")
 
 
 class RecognizerUnavailableError(MyXTTSError, RuntimeError):
-    """--recognizer pocketsphinx was asked for but cannot run."""
+    """The recogniser pocketsphinx was asked for but cannot run."""
 
 
 class PocketSphinx:
@@ -51,7 +51,7 @@ def load_recognizer(choice: str, languages: Sequence[str]) -> Tuple[Optional[Poc
     choice: "auto" (pocketsphinx when installed and every sentence is English), "pocketsphinx"
     (the same, but a problem is a RecognizerUnavailableError) or "none"."""
     if choice == "none":
-        return None, "not asked for (--recognizer none)"
+        return None, "not asked for"
     foreign = sorted({lang for lang in languages if lang.lower() not in ENGLISH})
     problem = None
     if foreign:
@@ -67,6 +67,5 @@ def load_recognizer(choice: str, languages: Sequence[str]) -> Tuple[Optional[Poc
             problem = f"pocketsphinx could not start: {e}"
     if choice == "pocketsphinx":
         raise RecognizerUnavailableError(
-            f"--recognizer pocketsphinx: {problem}. Pass --recognizer none (or auto) to "
-            f"evaluate without word error rates.")
+            f"The recogniser pocketsphinx was asked for but cannot run: {problem}.")
     return None, problem
