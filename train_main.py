@@ -329,15 +329,14 @@ def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None)
                               reset_training=FLAGS["reset-training"].value,
                               init_from=source if FLAGS["init-from"].value else None,
                               distribution=distribution)
-    return _report(trainer.fit(pipeline), "", "validation loss", work_dir)
+    return _report(trainer.fit(pipeline), "", work_dir)
 
 
-def _report(summary, what: str, measure: str, work_dir: str) -> int:
+def _report(summary, what: str, work_dir: str) -> int:
     """Prints how training ended and returns the exit status: 0, or 128 + the signal number
     after SIGINT/SIGTERM, with the command that resumes as the last line."""
-    best = "none" if summary.best_val_loss is None else f"{summary.best_val_loss:.4f}"
     print(f"Trained {what}to step {summary.step} ({summary.reason}); checkpoint "
-          f"{summary.checkpoint}; best {measure} {best}; TensorBoard: tensorboard --logdir "
+          f"{summary.checkpoint}; best {summary.best or 'none (no validation yet)'}; TensorBoard: tensorboard --logdir "
           f"{os.path.join(work_dir, TENSORBOARD_DIR)}")
     if not summary.reason.startswith("signal"):
         return 0
@@ -386,7 +385,7 @@ def train_vocoder(config: XTTSConfig, plan) -> int:
                                  init_from=FLAGS["vocoder-init"].value,
                                  resume_checkpoint=FLAGS["resume-from"].value,
                                  reset_training=FLAGS["reset-training"].value)
-    return _report(trainer.fit(pipeline), "the vocoder ", "validation mel L1", work_dir)
+    return _report(trainer.fit(pipeline), "the vocoder ", work_dir)
 
 
 def _adopt_vocabulary(resume_from: str, work_dir: str) -> None:

@@ -24,6 +24,8 @@ from myxtts.errors import MyXTTSError
 
 # The top-level parts of XTTSModel (myxtts.models.xtts), as training.freeze names them.
 MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
+# What training.select_by may name: what ranks checkpoints for best/ and early stopping.
+SELECT_BY = ("objective", "text_match")
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -179,6 +181,15 @@ class TrainingConfig:
     checkpoint_every_minutes: float = _f(30.0, "Also save every M minutes of training.")
     keep_checkpoints: int = _f(5, "Recent checkpoints kept (the best is kept separately).")
     validate_every_steps: int = _f(1000, "Run validation every N optimizer steps.")
+    free_running_sentences: int = _f(4, "Validation sentences (the first N of the validation "
+                                         "set) decoded free-running at each validation: "
+                                         "attention, stop, length ratio and, from 2 on, "
+                                         "text-match (each nearest its own recording, DTW "
+                                         "mel-cepstral distance).")
+    select_by: str = _f("objective", "What picks best/ and drives early stopping: objective "
+                                     "(the teacher-forced validation objective) or text_match "
+                                     "(the free-running sentences' text-match share; ties go "
+                                     "to the lower mean distance to their own recordings).")
     early_stopping_patience: int = _f(10, "Validations without improvement before stopping; "
                                           "0 = never stop early.")
     freeze: List[str] = _f([], "Model parts kept unchanged and out of the optimizer (no "
@@ -380,6 +391,10 @@ class XTTSConfig:
         need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
+        need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
+        need(t.free_running_sentences >= (2 if t.select_by == "text_match" else 1),
+             "training.free_running_sentences",
+             "must be >= 1 (>= 2 with select_by text_match: a sentence is matched among others).")
         need(t.model_start_delay >= 0, "training.model_start_delay", "must be >= 0 seconds.")
         need(t.checkpoint_dir.strip() != "", "training.checkpoint_dir",
              "must name a directory (--checkpoint-dir).")

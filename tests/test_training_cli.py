@@ -189,7 +189,7 @@ class ReadmeSequenceTest(unittest.TestCase):
         self.assertNotIn("damaged", out)
         self.assertIn(f"Resumed from runs/tiny/ckpt-{self.latest} at step {self.latest}", out)
         self.assertIn(f"Trained to step {self.latest + 3} (max_steps)", out)
-        self.assertRegex(out, r"best validation loss \d+\.\d{4};")  # rounded
+        self.assertRegex(out, r"best validation loss \d+\.\d{4} \(step \d+\);")  # rounded
         self.assertTrue(os.path.exists(os.path.join(self.run_dir,
                                                     f"ckpt-{self.latest + 3}.index")))
         with open(os.path.join(self.run_dir, "model_info.json"), encoding="utf-8") as f:
@@ -275,7 +275,7 @@ def test_the_resume_hint_leaves_out_flags_that_would_go_back(capsys):
     for argv, expected in cases:
         train_main.FLAGS(["train_main.py", *argv])
         try:
-            code = train_main._report(summary, "", "validation loss", "runs/x")
+            code = train_main._report(summary, "", "runs/x")
         finally:
             train_main.FLAGS.unparse_flags()
         assert code == 128 + 2

@@ -207,8 +207,7 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer) -> List[di
                     len(picks), item.id, row["synth_frames"], row["gt_frames"],
                     "stop head" if row["ended_by_stop"] else "length cap", row["focus"],
                     row["seconds"])
-    distances = np.array([[metrics.dtw_mean_cost(metrics.frame_distances(s, g))
-                           for g in gt_cepstra] for s in synth_cepstra])
+    distances = metrics.dtw_mcd_matrix(synth_cepstra, gt_cepstra)
     matched = metrics.text_match(distances) if len(rows) > 1 else [None]
     for i, row in enumerate(rows):
         row["mcd_own"] = float(distances[i, i])

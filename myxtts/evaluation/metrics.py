@@ -11,6 +11,7 @@ the valid decoder steps; columns: the item's real tokens; each row sums to ~1):
 Mel-cepstral distortion between log10 mels [frames, n_mels] (synthesised vs recorded):
 
     dtw_mcd(mel_a, mel_b)              dB, mean along the dynamic-time-warping path
+    dtw_mcd_matrix(synth, recorded)    the same between every pair, from mel_cepstra
     text_match(distances [N, N])       is each synthesised sentence nearest its own recording
 
 Word error rate on words lower-cased without punctuation: word_errors, word_error_rate.
@@ -19,7 +20,7 @@ Word error rate on words lower-cased without punctuation: word_errors, word_erro
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -116,6 +117,14 @@ def dtw_mcd(log10_mel_a, log10_mel_b, coefficients: int = MCD_COEFFICIENTS) -> f
     DTW path. 0 for identical mels; small for a time-stretched copy."""
     return dtw_mean_cost(frame_distances(mel_cepstra(log10_mel_a, coefficients),
                                          mel_cepstra(log10_mel_b, coefficients)))
+
+
+def dtw_mcd_matrix(synth_cepstra: Sequence[np.ndarray],
+                   recorded_cepstra: Sequence[np.ndarray]) -> np.ndarray:
+    """DTW mel-cepstral distortion (dB) of every synthesised sentence [i] against every
+    recording [j], from their `mel_cepstra`: [len(synth), len(recorded)]."""
+    return np.array([[dtw_mean_cost(frame_distances(s, g)) for g in recorded_cepstra]
+                     for s in synth_cepstra])
 
 
 def text_match(distances) -> np.ndarray:

@@ -30,14 +30,14 @@ import os
 import signal
 import threading
 import time
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from myxtts.errors import MyXTTSError
-from myxtts.model_info import update_model_info
+from myxtts.model_info import read_model_info, update_model_info
 from myxtts.run_directory import TENSORBOARD_DIR
 from myxtts.training.checkpoints import resolve_checkpoint_path
 from myxtts.training.monitoring import Throughput, TrainingMonitor
@@ -61,9 +61,10 @@ class FitSummary:
     epoch: int
     reason: str  # "max_steps" | "max_minutes" | "epochs" | "early_stopping" | "signal SIGTERM"
     checkpoint: Optional[str]
-    best_val_loss: Optional[float]
+    best_val_loss: Optional[float]  # the best validation score (lower is better)
     first_loss: Optional[float] = None
     last_loss: Optional[float] = None
+    best: Optional[str] = None  # the best checkpoint's step and measures, in words
 
 
 def _timed(batches: Iterable[Batch]):
@@ -164,6 +165,9 @@ class Trainer:
         # Batches of the current epoch already trained on (the data position).
         self.batch_in_epoch = tf.Variable(0, dtype=tf.int64, trainable=False,
                                           name="batch_in_epoch")
+        # The best validation score so far, lower is better (`_selection_score`: the
+        # validation loss, or for XTTSTrainer under training.select_by text_match minus the
+        # text-match share); checkpointed under its first name, so older runs resume.
         self.best_val_loss = tf.Variable(math.inf, dtype=tf.float32, trainable=False,
                                          name="best_val_loss")
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
@@ -189,7 +193,8 @@ class Trainer:
                 raise MyXTTSError("--reset-training and --resume-from contradict each other: "
                                   "pass one of them.")
             store.archive("--reset-training")
-            update_model_info(self.directory, steps_trained=0, best_val_loss=None)
+            update_model_info(self.directory, steps_trained=0, best_val_loss=None,
+                              best_measures=None)
             logger.info("Starting from step 0 in %s.", self.directory)
             return False
         if resume_checkpoint:
@@ -241,7 +246,8 @@ class Trainer:
             logger.info("Already at step %d >= --max-steps %d: nothing to train.", start_step,
                         tc.max_steps)
             return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
-                              self.checkpoints.latest, self._best_or_none())
+                              self.checkpoints.latest, self._best_or_none(),
+                              best=self._best_description())
         monitor = TrainingMonitor(os.path.join(self.directory, TENSORBOARD_DIR),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate,
                                   memory_devices=self._memory_devices(pipeline))
@@ -320,7 +326,8 @@ class Trainer:
                     reason, path or self.checkpoints.latest)
         return FitSummary(self.global_step, int(self.epoch.numpy()), reason,
                           path or self.checkpoints.latest, self._best_or_none(),
-                          _float_or_none(first_loss), _float_or_none(last_loss))
+                          _float_or_none(first_loss), _float_or_none(last_loss),
+                          self._best_description())
 
     @staticmethod
     def _wait_for_data(feeder, seconds: float) -> None:
@@ -358,36 +365,52 @@ class Trainer:
         return None
 
     # -- validation ----------------------------------------------------------------------------
-    def _record_validation(self, val_loss: float) -> bool:
-        """Updates best/ (True when `val_loss` is the best so far) and the early-stopping
-        count."""
-        improved = val_loss < float(self.best_val_loss.numpy())
+    # What the validation score is, for messages; XTTSTrainer names its training.select_by.
+    SCORE_NAME = "validation loss"
+
+    def _record_validation(self, score: float, loss: float,
+                           measures: Sequence[Tuple[str, float]] = ()) -> bool:
+        """Updates best/ (True when `score`, lower is better, is the best so far) and the
+        early-stopping count; model_info.json keeps the best checkpoint's validation `loss`
+        and `measures` (name, value pairs, the ranking measure first)."""
+        improved = score < float(self.best_val_loss.numpy())
         if improved:
-            self.best_val_loss.assign(val_loss)
+            self.best_val_loss.assign(score)
             self.best_step.assign(self.global_step)
             self.bad_validations.assign(0)
             self.checkpoints.save_best(self.global_step)
+            update_model_info(self.directory, best_val_loss=loss,
+                              best_measures=[[k, v] for k, v in measures] or None)
         else:
             self.bad_validations.assign_add(1)
         return improved
 
-    def _after_validation(self, val_loss: float) -> bool:
+    def _after_validation(self, loss: float) -> bool:
         """model_info.json; True when early stopping triggers."""
         update_model_info(self.directory, steps_trained=self.global_step,
-                          best_val_loss=self._best_or_none(), best_step=int(self.best_step.numpy()),
-                          last_val_loss=val_loss)
+                          best_step=int(self.best_step.numpy()), last_val_loss=loss)
         tc = self.config.training
         patience = tc.early_stopping_patience
         if patience and int(self.bad_validations.numpy()) >= patience:
-            logger.warning("Early stopping (overtraining): the validation loss has not improved "
-                           "for %d validations (%d steps; training.early_stopping_patience), so "
-                           "the model is learning the training utterances rather than the voice. "
-                           "The best model, validation loss %.4f at step %d, is %s: synthesize "
-                           "or export it with --checkpoint best.", patience,
-                           patience * tc.validate_every_steps, float(self.best_val_loss.numpy()),
-                           int(self.best_step.numpy()), self.checkpoints.best)
+            logger.warning("Early stopping (overtraining): the %s has not improved for %d "
+                           "validations (%d steps; training.early_stopping_patience), so the "
+                           "model is learning the training utterances rather than the voice. "
+                           "The best model, %s, is %s: synthesize or export it with "
+                           "--checkpoint best.", self.SCORE_NAME, patience,
+                           patience * tc.validate_every_steps, self._best_description(),
+                           self.checkpoints.best)
             return True
         return False
+
+    def _best_description(self) -> Optional[str]:
+        """"validation loss 0.7356 (step 2500)" from what model_info.json keeps of best/, or
+        None before the first validation."""
+        if self._best_or_none() is None:
+            return None
+        info = read_model_info(self.directory)
+        measures = info.get("best_measures") or [[self.SCORE_NAME, info.get("best_val_loss")]]
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in measures if v is not None)
+        return f"{shown or self.SCORE_NAME} (step {int(self.best_step.numpy())})"
 
     # -- checkpoints ---------------------------------------------------------------------------
     def _save(self) -> Optional[str]:
@@ -395,7 +418,6 @@ class Trainer:
         path = self.checkpoints.save(self.global_step)
         self._last_save = time.monotonic()
         update_model_info(self.directory, steps_trained=self.global_step,
-                          best_val_loss=self._best_or_none(),
                           precision=self.precision.policy)
         return path
 

@@ -161,6 +161,9 @@ class TrainingMonitor:
                      f"{scalars['free_running/coverage']:.2f} (ended by stop "
                      f"{scalars['free_running/ended_by_stop']:.0%}, length ratio "
                      f"{scalars['free_running/length_ratio']:.2f})")
+        if "free_running/text_match" in scalars:
+            text += (f"; text-match {scalars['free_running/text_match']:.2f} (own DTW MCD "
+                     f"{scalars['free_running/mcd_own']:.1f} dB)")
         logger.info("%s", text + (" (best so far)" if improved else ""))
 
     def close(self) -> None:

@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
-from myxtts.evaluation.metrics import alignment_measures
+from myxtts.evaluation.metrics import (alignment_measures, dtw_mcd_matrix, mel_cepstra,
+                                       text_match)
 from myxtts.run_directory import listed_checkpoints
 from myxtts.source_run import RESUME_CONFLICT, Source, locate_source
 from myxtts.inference.checkpoint_loading import resolve_checkpoint, restore_model
@@ -264,13 +265,16 @@ class XTTSTrainer(Trainer):
             return outputs["mel_after"][0], outputs["alignments"]
 
     def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
-        """Teacher-forced losses over the validation batches and one free-running decode;
-        keeps best/ and model_info.json up to date. Returns True when early stopping triggers."""
+        """Teacher-forced losses over the validation batches and free-running decodes of the
+        first training.free_running_sentences; keeps best/ (by training.select_by) and
+        model_info.json up to date. Returns True when early stopping triggers."""
         self._stop_if_nonfinite()
         for metric in self.val_metrics.values():
             metric.reset_state()
         first = None
         teacher_forced = []
+        generated = []
+        wanted = self.config.training.free_running_sentences
         with pipeline.val_batches(self.model_device) as feeder:
             for batch in feeder:
                 mel_after, alignments = self._val_batch(batch)
@@ -278,23 +282,40 @@ class XTTSTrainer(Trainer):
                                                            batch["mel_lengths"].numpy())
                 if first is None:
                     first = (batch, mel_after, alignments[0])
+                missing = wanted - sum(len(g["lengths"]) for g in generated)
+                if missing > 0:
+                    generated.append(self._free_running(batch, missing))
         if first is None:
             logger.warning("The validation set gave no batches; validation skipped.")
             return False
         scalars = {f"loss/{k}": float(m.result()) for k, m in self.val_metrics.items()}
-        generated = self._free_running(first[0])
         scalars.update(_mean_measures("teacher_forced", teacher_forced))
-        scalars.update(_mean_measures("free_running", generated["measures"]))
-        scalars["free_running/ended_by_stop"] = generated["ended_by_stop"]
-        scalars["free_running/length_ratio"] = generated["length_ratio"]
-        # The step-independent objective (no guided-attention term, whose weight decays with
-        # the step) ranks checkpoints and drives early stopping.
-        val_loss = scalars["loss/objective"]
-        improved = self._record_validation(val_loss)
+        scalars.update(self._free_running_figures(generated))
+        score, measures = self._selection_score(scalars)
+        improved = self._record_validation(score, scalars["loss/objective"], measures)
         if monitor is not None:
-            images, audio = self._examples(*first, generated)
+            images, audio = self._examples(*first, generated[0])
             monitor.log_validation(self.global_step, scalars, images, audio, improved)
-        return self._after_validation(val_loss)
+        return self._after_validation(scalars["loss/objective"])
+
+    @property
+    def SCORE_NAME(self) -> str:  # pylint: disable=invalid-name
+        return ("text-match" if self.config.training.select_by == "text_match"
+                else "validation loss")
+
+    def _selection_score(self, scalars: Dict[str, float]):
+        """(score, measures): the number that ranks checkpoints, lower is better, and what
+        model_info.json keeps of the best one. select_by objective: the step-independent
+        objective (no guided-attention term, whose weight decays with the step). text_match:
+        minus the text-match share plus 1e-4 x the mean own distance (capped below 50 dB, so it
+        only breaks ties: a share moves by 1/N >= 0.005 for N <= 200 sentences)."""
+        objective = scalars["loss/objective"]
+        if self.config.training.select_by != "text_match":
+            return objective, [("validation loss", objective)]
+        match, distance = scalars["free_running/text_match"], scalars["free_running/mcd_own"]
+        return (-match + 1e-4 * min(distance, 49.9),
+                [("text-match", match), ("own DTW MCD dB", distance),
+                 ("validation loss", objective)])
 
     def _alignment_measures(self, batch: Batch, alignments: np.ndarray,
                             mel_lengths: np.ndarray) -> List[Dict[str, float]]:
@@ -305,21 +326,41 @@ class XTTSTrainer(Trainer):
         return [alignment_measures(alignments[i, : max(1, -(-int(n) // r)), : int(t)])
                 for i, (n, t) in enumerate(zip(mel_lengths, tokens))]
 
-    def _free_running(self, batch: Batch, items: int = 4) -> Dict:
+    def _free_running(self, batch: Batch, items: int) -> Dict:
         """Free-running decodes of the batch's first `items` items with references from the
-        batch: alignment measures, the share ended by the stop head (not the length cap) and
-        the mean generated/target length ratio."""
+        batch: the output, its alignment measures, whether the stop head ended each item,
+        generated and target lengths and both mels' cepstra."""
         k = min(items, int(batch["tokens"].shape[0]))
         with tf.device(self.model_device):
             latents = self.model.speaker_latents(batch["ref_mel"][:k], batch["ref_lengths"][:k])
             out = self.model.generate(batch["tokens"][:k], batch["token_lengths"][:k],
                                       batch["language_ids"][:k], latents)
         lengths = np.maximum(out["mel_lengths"].numpy(), 1)
-        target = batch["mel_lengths"][:k].numpy()
-        return {"out": out,
+        target = np.maximum(batch["mel_lengths"][:k].numpy(), 1)
+        mel, recorded = out["mel"].numpy(), batch["mel"][:k].numpy()
+        return {"out": out, "lengths": lengths, "target": target,
                 "measures": self._alignment_measures(batch, out["alignments"].numpy(), lengths),
-                "ended_by_stop": float(np.mean(out["stopped"].numpy())),
-                "length_ratio": float(np.mean(lengths / np.maximum(target, 1)))}
+                "stopped": out["stopped"].numpy(),
+                "cepstra": [mel_cepstra(mel[i, :n]) for i, n in enumerate(lengths)],
+                "recorded_cepstra": [mel_cepstra(recorded[i, :n]) for i, n in enumerate(target)]}
+
+    @staticmethod
+    def _free_running_figures(generated: List[Dict]) -> Dict[str, float]:
+        """Means over every free-running sentence: alignment measures, the share ended by the
+        stop head (not the length cap), the generated/target length ratio and, for two or
+        more sentences, the text-match share and the mean DTW MCD to the own recording."""
+        figures = _mean_measures("free_running", [m for g in generated for m in g["measures"]])
+        figures["free_running/ended_by_stop"] = float(np.mean(
+            np.concatenate([g["stopped"] for g in generated])))
+        figures["free_running/length_ratio"] = float(np.mean(
+            np.concatenate([g["lengths"] / g["target"] for g in generated])))
+        cepstra = [c for g in generated for c in g["cepstra"]]
+        if len(cepstra) >= 2:
+            distances = dtw_mcd_matrix(cepstra, [c for g in generated
+                                                 for c in g["recorded_cepstra"]])
+            figures["free_running/text_match"] = float(np.mean(text_match(distances)))
+            figures["free_running/mcd_own"] = float(np.mean(np.diag(distances)))
+        return figures
 
     def _examples(self, batch: Batch, mel_after, alignment, generated):
         """Images and Griffin-Lim audio of the first validation item, teacher-forced and

@@ -37,6 +37,8 @@ STAGE = "vocoder"
 
 
 class VocoderTrainer(Trainer):
+    SCORE_NAME = "validation mel L1"
+
     def __init__(self, config: XTTSConfig, model_device: Optional[str] = None, *,
                  init_from: Optional[str] = None, resume_checkpoint: Optional[str] = None,
                  reset_training: bool = False):
@@ -181,7 +183,7 @@ class VocoderTrainer(Trainer):
         clips = self._clips
         audio, generated, l1 = self._val_compiled(clips["mel"], clips["mel_lengths"])
         val_loss = float(l1)
-        improved = self._record_validation(val_loss)
+        improved = self._record_validation(val_loss, val_loss, [(self.SCORE_NAME, val_loss)])
         if monitor is not None:
             hop = self.config.data.hop_length
             lengths = clips["mel_lengths"].numpy()

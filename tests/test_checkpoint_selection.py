@@ -1,0 +1,108 @@
+"""best/ by a free-running measure (training.select_by text_match): validation decodes its
+sentences free-running and ranks checkpoints by how many read their own text, not by the
+teacher-forced objective; early stopping follows the same measure."""
+
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+import tests.logical_devices  # noqa: F401  (before TensorFlow: two logical CPU devices)
+from tests.logical_devices import PLAN
+from tests.model_helpers import REPO, tiny_config
+
+from myxtts.config import ConfigError
+from myxtts.data.pipeline import InputPipeline
+from myxtts.run_directory import step_of as checkpoint_step
+from myxtts.training.trainer import XTTSTrainer
+
+SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
+
+
+def _config(directory, select_by, sentences=3, patience=0):
+    config = tiny_config()
+    config.data.val_fraction = 0.1
+    config.training.checkpoint_dir = directory
+    config.training.select_by = select_by
+    config.training.free_running_sentences = sentences
+    config.training.early_stopping_patience = patience
+    config.validate()
+    return config
+
+
+class SelectionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp()
+        cls.pipeline = InputPipeline(_config(os.path.join(cls.work, "data"), "objective"),
+                                     SAMPLE_DIR, work_dir=os.path.join(cls.work, "data"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def trainer(self, name, select_by, patience=0):
+        directory = os.path.join(self.work, name)
+        return XTTSTrainer(_config(directory, select_by, patience=patience),
+                           model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
+
+    def record(self, trainer, step, text_match, mcd, objective):
+        """One validation's figures at `step`, ranked as the trainer ranks them."""
+        trainer.step.step.assign(step)
+        scalars = {"loss/objective": objective, "free_running/text_match": text_match,
+                   "free_running/mcd_own": mcd}
+        score, measures = trainer._selection_score(scalars)
+        trainer._record_validation(score, objective, measures)
+        return trainer._after_validation(objective)
+
+    def history(self, trainer):
+        # step 10: reads half; step 20: lower objective but reads less; step 30: reads half,
+        # nearer its recordings than step 10.
+        self.record(trainer, 10, 0.5, 30.0, 1.0)
+        self.record(trainer, 20, 0.25, 28.0, 0.8)
+        return self.record(trainer, 30, 0.5, 29.0, 0.9)
+
+    def test_text_match_picks_the_checkpoint_that_reads_best(self):
+        trainer = self.trainer("by_text", "text_match")
+        self.history(trainer)
+        self.assertEqual(checkpoint_step(trainer.checkpoints.best), 30)
+        with open(os.path.join(trainer.directory, "model_info.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        self.assertEqual(info["best_step"], 30)
+        self.assertEqual(info["best_measures"][0], ["text-match", 0.5])
+        self.assertEqual(info["best_val_loss"], 0.9)  # the objective of the chosen checkpoint
+        self.assertEqual(trainer._best_description(),
+                         "text-match 0.5000, own DTW MCD dB 29.0000, validation loss 0.9000 "
+                         "(step 30)")
+
+    def test_objective_picks_the_lowest_loss(self):
+        trainer = self.trainer("by_objective", "objective")
+        self.history(trainer)
+        self.assertEqual(checkpoint_step(trainer.checkpoints.best), 20)
+
+    def test_early_stopping_follows_text_match(self):
+        trainer = self.trainer("patience", "text_match", patience=2)
+        self.assertFalse(self.record(trainer, 10, 0.5, 30.0, 1.0))
+        self.assertFalse(self.record(trainer, 20, 0.25, 28.0, 0.8))  # objective better: no
+        self.assertTrue(self.record(trainer, 30, 0.5, 31.0, 0.7))    # a tie, farther: stop
+
+    def test_validation_measures_text_match_free_running(self):
+        trainer = self.trainer("validate", "text_match")
+        trainer.validate(self.pipeline)
+        with open(os.path.join(trainer.directory, "model_info.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        names = [name for name, _ in info["best_measures"]]
+        self.assertEqual(names, ["text-match", "own DTW MCD dB", "validation loss"])
+        match, distance = info["best_measures"][0][1], info["best_measures"][1][1]
+        self.assertIn(match * 3, (0.0, 1.0, 2.0, 3.0))  # a share of the 3 sentences
+        self.assertGreater(distance, 0.0)
+        self.assertEqual(checkpoint_step(trainer.checkpoints.best), 0)
+
+    def test_text_match_needs_two_sentences(self):
+        with self.assertRaisesRegex(ConfigError, "free_running_sentences"):
+            _config(os.path.join(self.work, "one"), "text_match", sentences=1)
+
+
+if __name__ == "__main__":
+    unittest.main()
