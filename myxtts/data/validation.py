@@ -46,6 +46,7 @@ from myxtts.data import audio_io
 from myxtts.data import text as text_lib
 from myxtts.data.metadata import DatasetError, ParseProblem, Row
 from myxtts.data.splitting import split_utterance, voiced_intervals
+from myxtts.data.transcript_alignment import espeak_voice, hear_punctuation
 
 logger = logging.getLogger("myxtts.data")
 
@@ -346,8 +347,14 @@ def _split_long(row: Row, cleaned: str, facts: AudioFacts, data_config):
     """Candidates (row, text, facts, (offset, samples)) for the pieces of a too-long utterance,
     and the problem to report (split_long, or too_long with the reason it was not cut)."""
     d = data_config
+    heard = None
+    if facts.voiced and espeak_voice(row.language):
+        samples = audio_io.decode(row.audio_path, d.sample_rate, d.trim_silence,
+                                  d.trim_top_db).samples
+        heard = hear_punctuation(cleaned, samples, d.sample_rate, row.language)
     pieces, reason = split_utterance(cleaned, facts.voiced or [], facts.num_samples,
-                                     d.sample_rate, d.min_audio_seconds, d.max_audio_seconds)
+                                     d.sample_rate, d.min_audio_seconds, d.max_audio_seconds,
+                                     heard)
     seconds = facts.num_samples / d.sample_rate
     if not pieces:
         return [], ("too_long", f"{seconds:.2f} s > {d.max_audio_seconds} s; not cut: {reason}")
