@@ -99,6 +99,21 @@ class SelectionTest(unittest.TestCase):
         self.assertGreater(distance, 0.0)
         self.assertEqual(checkpoint_step(trainer.checkpoints.best), 0)
 
+    def test_free_running_sentences_are_each_validation_row_once(self):
+        # The pipeline completes a bucket's last batch by repeating its rows; a repeated
+        # sentence would be matched against itself.
+        trainer = self.trainer("distinct", "text_match")
+        seen, rows = [], 0
+        with self.pipeline.val_batches(PLAN.model_device) as feeder:
+            for batch in feeder:
+                rows += int(batch["tokens"].shape[0])
+                generated = trainer._free_running(batch, 100)
+                tokens = batch["tokens"].numpy()[:len(generated["lengths"])]
+                seen += [tuple(row) for row in tokens]
+        self.assertGreater(rows, len(seen))  # the batches did repeat rows
+        self.assertEqual(len(seen), len(self.pipeline.items["val"]))
+        self.assertEqual(len(set(seen)), len(seen))
+
     def test_text_match_needs_two_sentences(self):
         with self.assertRaisesRegex(ConfigError, "free_running_sentences"):
             _config(os.path.join(self.work, "one"), "text_match", sentences=1)

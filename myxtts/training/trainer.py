@@ -52,6 +52,20 @@ LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention"
               "guided_attention_weight")
 
 
+def _distinct_rows(batch: Batch) -> int:
+    """How many leading rows of `batch` are its own utterances: the pipeline completes a
+    bucket's last batch by repeating them (rows n.. repeat rows 0..n-1), and a sentence that
+    stands twice would be matched against itself."""
+    tokens, lengths = batch["tokens"].numpy(), batch["mel_lengths"].numpy()
+    size = len(lengths)
+    for n in range(1, size):
+        rows = np.arange(n, size)
+        if (np.array_equal(tokens[rows], tokens[rows % n])
+                and np.array_equal(lengths[rows], lengths[rows % n])):
+            return n
+    return size
+
+
 def _mean_measures(prefix: str, measures: List[Dict[str, float]]) -> Dict[str, float]:
     """{"<prefix>/focus": mean focus, ...} over items."""
     if not measures:
@@ -330,7 +344,7 @@ class XTTSTrainer(Trainer):
         """Free-running decodes of the batch's first `items` items with references from the
         batch: the output, its alignment measures, whether the stop head ended each item,
         generated and target lengths and both mels' cepstra."""
-        k = min(items, int(batch["tokens"].shape[0]))
+        k = min(items, _distinct_rows(batch))
         with tf.device(self.model_device):
             latents = self.model.speaker_latents(batch["ref_mel"][:k], batch["ref_lengths"][:k])
             out = self.model.generate(batch["tokens"][:k], batch["token_lengths"][:k],
