@@ -5,15 +5,17 @@ import glob
 import os
 import unittest
 
-import keras
-import numpy as np
-import pytest
-import tensorflow as tf
+from tests.logical_devices import PLAN  # first: configures the devices before TensorFlow starts
 
-from myxtts.config import XTTSConfig
-from myxtts.training.losses import compute_losses
-from tests.device_harness import run_probe
-from tests.model_helpers import REPO, VOCAB, random_batch, tiny_config, tiny_model
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from myxtts.config import XTTSConfig  # noqa: E402
+from myxtts.training.losses import compute_losses  # noqa: E402
+from tests.model_helpers import REPO, VOCAB, random_batch, tiny_config, tiny_model  # noqa: E402
+from tests.trainer_probes import restored_global_state  # noqa: E402
 
 
 def _train_step(model, optimizer, config, mode="graph"):
@@ -65,13 +67,10 @@ def _diagonal_band_weight(alignments, batch, r, width=0.2):
 
 
 class PolicyTestCase(unittest.TestCase):
-    """Keras dtype policies are global: every test restores the one it found."""
+    """Keras dtype policies and random seeds are global: every test restores those it found."""
 
     def setUp(self):
-        self._policy = keras.mixed_precision.global_policy()
-
-    def tearDown(self):
-        keras.mixed_precision.set_global_policy(self._policy)
+        self.enterContext(restored_global_state())
 
 
 @pytest.mark.slow
@@ -186,27 +185,19 @@ class PresetTest(unittest.TestCase):
 
 class DevicePlacementTest(unittest.TestCase):
     def test_model_built_in_a_device_scope_lives_there(self):
-        result = run_probe(f"""
-            import sys
-            sys.path.insert(0, {REPO!r})
-            from tests.model_helpers import random_batch, tiny_config, tiny_model
-            config = tiny_config()
-            with tf.device(plan.model_device):
-                model = tiny_model(config)
-                batch = random_batch(config)
-                out = model(batch, training=True)
-                latents = model.speaker_latents(batch["ref_mel"], batch["ref_lengths"])
-                gen = model.generate(batch["tokens"], batch["token_lengths"],
-                                     batch["language_ids"], latents, max_steps=4)
-            print(json.dumps({{
-                "model_device": plan.model_device,
-                "variables": sorted({{v.value.device for v in model.variables}}),
-                "outputs": sorted({{t.device for t in [*out.values(), *gen.values()]}}),
-            }}))
-        """)
-        self.assertTrue(result["model_device"].endswith("CPU:1"), result)
-        for device in result["variables"] + result["outputs"]:
-            self.assertTrue(device.endswith("CPU:1"), result)
+        config = tiny_config()
+        with tf.device(PLAN.model_device):
+            model = tiny_model(config)
+            batch = random_batch(config)
+            out = model(batch, training=True)
+            latents = model.speaker_latents(batch["ref_mel"], batch["ref_lengths"])
+            gen = model.generate(batch["tokens"], batch["token_lengths"], batch["language_ids"],
+                                 latents, max_steps=4)
+        self.assertTrue(PLAN.model_device.endswith("CPU:1"), PLAN)
+        variables = sorted({v.value.device for v in model.variables})
+        outputs = sorted({t.device for t in [*out.values(), *gen.values()]})
+        for device in variables + outputs:
+            self.assertTrue(device.endswith("CPU:1"), (variables, outputs))
 
 
 if __name__ == "__main__":

@@ -1,21 +1,27 @@
-"""The HiFi-GAN vocoder stage: generator lengths, complete checkpoints, and training on two
-logical CPUs in a fresh process (placement, warm-up, overfit, validation, SIGTERM, resume). The
-synthesis and export round trips with a vocoder are in test_synthesize.py and test_export.py."""
+"""The HiFi-GAN vocoder stage: generator lengths, complete checkpoints, and training on the test
+run's two logical CPUs (placement, warm-up, overfit, validation, SIGTERM, resume). The synthesis
+and export round trips with a vocoder are in test_synthesize.py and test_export.py."""
 
+import json
 import os
+import signal
 import tempfile
 import unittest
 
-import numpy as np
-import pytest
-import tensorflow as tf
+from tests.logical_devices import PLAN  # first: configures the devices before TensorFlow starts
 
-from myxtts.config import ConfigError, XTTSConfig
-from tests.device_harness import run_probe
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from myxtts.config import ConfigError, XTTSConfig  # noqa: E402
+from tests.trainer_probes import restored_global_state  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 TINY = os.path.join(REPO, "configs", "tiny.yaml")
+SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
 
 
 def tiny(**overrides) -> XTTSConfig:
@@ -105,6 +111,9 @@ class GeneratorTest(unittest.TestCase):
 
 
 class TeacherForcedMelsTest(unittest.TestCase):
+    def setUp(self):
+        self.enterContext(restored_global_state())  # the checkpoint sets the dtype policy
+
     def test_gta_mels_are_frame_aligned_with_the_recordings_and_reused(self):
         from myxtts.data import audio as audio_lib
         from myxtts.data import cache as cache_lib
@@ -133,147 +142,153 @@ class TeacherForcedMelsTest(unittest.TestCase):
                 teacher_forced_mels(acoustic, items, config, out_dir, "/CPU:0")
 
 
-# One fresh process with two logical CPUs (/CPU:0 data, /CPU:1 model) does everything that needs a
-# trained vocoder, so TensorFlow starts and the GAN step compiles once. The discriminators are
-# cut to periods 2, 3 and one scale: the same code with a graph half the size.
-TRAINING_PROBE = """
-import os, signal
-import keras
-import numpy as np
-from myxtts.config import XTTSConfig
-from myxtts.data.segments import SegmentPipeline
-from myxtts.training.vocoder_trainer import VocoderTrainer
-import tempfile
-
-root = tempfile.mkdtemp()
-
-def config(name, **overrides):
-    c = XTTSConfig.from_yaml("configs/tiny.yaml")
-    return c.override({"training.checkpoint_dir": os.path.join(root, name),
-                       "vocoder.mpd_periods": [2, 3], "vocoder.msd_scales": 1,
-                       "vocoder.batch_size": 1, "vocoder.learning_rate": 2e-3,
-                       "training.validate_every_steps": 12, "training.max_steps": 100,
-                       **overrides}, source="probe")
-
-def values(trainer):
+def _values(trainer):
     return [np.array(v.numpy()) for v in trainer.variables]
 
-def mismatched(trainer, saved):
+
+def _mismatched(trainer, saved):
     return [v.path for v, value in zip(trainer.variables, saved)
             if not np.array_equal(np.array(v.numpy()), value)]
 
-def devices(tensors):
+
+def _devices(tensors):
     return sorted({t.value.device if isinstance(t, keras.Variable) else t.device
                    for t in tensors})
-
-out = {}
-c = config("run")
-pipeline = SegmentPipeline(c, "samples/ljspeech_sample", data_device=plan.data_device,
-                           work_dir=c.training.checkpoint_dir)
-raw = next(iter(pipeline.train_dataset(0)))
-with tf.device(plan.data_device):
-    out["featurized"] = devices(pipeline.featurize(raw).values())
-out["raw"] = devices(raw.values())
-with pipeline.train_batches(0, plan.model_device) as feeder:
-    batch = next(iter(feeder))   # one clip: a segment of one utterance
-out["batch"] = devices(batch.values())
-out["batch_shape"] = batch["audio"].shape.as_list()
-
-trainer = VocoderTrainer(c, model_device=plan.model_device)
-discriminators = [w.numpy() for w in trainer.mpd.weights + trainer.msd.weights]
-warm = [trainer.step(batch, adversarial=False) for _ in range(10)]
-out["warmup_mel"] = [float(o["mel"]) for o in warm]
-out["warmup_total_over_mel"] = float(warm[0]["total"]) / float(warm[0]["mel"])
-out["warmup_discriminators_changed"] = sum(
-    not np.array_equal(a, w.numpy())
-    for a, w in zip(discriminators, trainer.mpd.weights + trainer.msd.weights))
-out["iterations_after_warmup"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
-                                  int(trainer.step.disc.optimizer.iterations.numpy())]
-gan = trainer.step(batch, adversarial=True)
-out["iterations_after_gan"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
-                               int(trainer.step.disc.optimizer.iterations.numpy())]
-out["outputs"] = devices([*warm[0].values(), *gan.values()])
-out["variables"] = devices(trainer.variables + [trainer.step.step, trainer.epoch,
-                                                trainer.best_val_loss])
-out["n_variables"] = len(trainer.variables)
-
-# The Vocos generator trains through the same step, on the same device.
-vocos = VocoderTrainer(config("vocos", **{"vocoder.generator": "vocos"}),
-                       model_device=plan.model_device)
-out["vocos_mel"] = [float(vocos.step(batch, adversarial=False)["mel"]) for _ in range(10)]
-vocos_gan = vocos.step(batch, adversarial=True)
-out["vocos_variables"] = devices(vocos.variables)
-out["vocos_outputs"] = devices(list(vocos_gan.values()))
-
-# fit(): the feeder loop, validation at step 12 (best/, TensorBoard audio), and a real SIGTERM
-# sent during that validation: the next step finishes, saves and stops.
-validate = trainer.validate
-def validate_then_sigterm(pipeline, monitor=None):
-    stop = validate(pipeline, monitor)
-    os.kill(os.getpid(), signal.SIGTERM)
-    return stop
-trainer.validate = validate_then_sigterm
-summary = trainer.fit(pipeline)
-out["fit"] = [summary.step, summary.reason, os.path.basename(summary.checkpoint)]
-out["best"] = sorted(os.listdir(os.path.join(c.training.checkpoint_dir, "best")))
-tags = set()
-for path in tf.io.gfile.glob(os.path.join(c.training.checkpoint_dir, "tensorboard", "val", "*")):
-    for record in tf.data.TFRecordDataset(path):
-        tags.update(v.tag for v in tf.compat.v1.Event.FromString(record.numpy()).summary.value)
-out["val_tags"] = sorted(tags)
-with open(os.path.join(c.training.checkpoint_dir, "model_info.json")) as f:
-    out["model_info"] = json.load(f)
-saved = values(trainer)
-resumed = VocoderTrainer(c, model_device=plan.model_device)   # auto-resume
-out["resumed_step"] = resumed.global_step
-out["resumed_mismatched"] = mismatched(resumed, saved)
-
-# training.max_minutes ends a fit by itself (after the first step here), with a checkpoint.
-trainer.config.training.max_minutes = 1e-9
-again = trainer.fit(pipeline)
-out["timed_fit"] = [again.step, again.reason, os.path.basename(again.checkpoint)]
-
-# --vocoder-init: a new run starts from the trained run's weights, with fresh optimizers.
-tuned = VocoderTrainer(config("finetune"), model_device=plan.model_device,
-                       init_from=c.training.checkpoint_dir)
-out["finetune"] = [tuned.global_step, int(tuned.step.gen.optimizer.iterations.numpy()),
-                   sum(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(
-                       tuned.generator.weights + tuned.mpd.weights + tuned.msd.weights,
-                       trainer.generator.weights + trainer.mpd.weights + trainer.msd.weights))]
-
-# mixed_float16: each optimizer is a LossScaleOptimizer. Every variable gets a distinct value
-# (slots, iteration counters, both loss scales), is saved, and a new trainer must restore it.
-c16 = config("fp16", **{"training.precision": "mixed_float16"})
-half = VocoderTrainer(c16, model_device=plan.model_device)
-out["fp16_variables"] = devices(half.variables)
-out["loss_scale_variables"] = [v.path for v in half.variables if "dynamic_scale" in v.path]
-rng = np.random.default_rng(0)
-for v in half.variables:
-    dtype = tf.as_dtype(v.dtype)
-    v.assign((rng.normal(0, 1, v.shape) if dtype.is_floating
-              else rng.integers(1, 1000, v.shape)).astype(dtype.as_numpy_dtype))
-half.step.gen.optimizer.dynamic_scale.assign(512.0)
-half.step.disc.optimizer.dynamic_scale.assign(64.0)
-half.step.step.assign(7)
-saved = values(half)
-half.checkpoints.save(half.global_step)
-restored = VocoderTrainer(c16, model_device=plan.model_device)
-out["fp16_restored"] = [restored.global_step, len(restored.variables), len(saved)]
-out["fp16_mismatched"] = mismatched(restored, saved)
-out["fp16_scales"] = [float(restored.step.gen.optimizer.dynamic_scale.numpy()),
-                      float(restored.step.disc.optimizer.dynamic_scale.numpy())]
-print(json.dumps(out))
-"""
 
 
 @pytest.mark.slow
 class TrainingOnTwoDevicesTest(unittest.TestCase):
     """Segments featurized on /CPU:0; generator, discriminators, both optimizers and both loss
-    scales on /CPU:1; warm-up, overfit, validation, SIGTERM save, resume, fine-tuning."""
+    scales on /CPU:1; warm-up, overfit, validation, SIGTERM save, resume, fine-tuning.
+
+    One run does everything that needs a trained vocoder, so the GAN step compiles once. The
+    discriminators are cut to periods 2, 3 and one scale: the same code with a graph half the
+    size."""
 
     @classmethod
     def setUpClass(cls):
-        cls.r = run_probe(TRAINING_PROBE, timeout=600)
+        # pylint: disable=import-outside-toplevel
+        from myxtts.data.segments import SegmentPipeline
+        from myxtts.training.vocoder_trainer import VocoderTrainer
+        cls.enterClassContext(restored_global_state())
+        root = cls.enterClassContext(tempfile.TemporaryDirectory())
+
+        def config(name, **overrides):
+            c = XTTSConfig.from_yaml(TINY)
+            return c.override({"training.checkpoint_dir": os.path.join(root, name),
+                               "vocoder.mpd_periods": [2, 3], "vocoder.msd_scales": 1,
+                               "vocoder.batch_size": 1, "vocoder.learning_rate": 2e-3,
+                               "training.validate_every_steps": 12, "training.max_steps": 100,
+                               **overrides}, source="test")
+
+        r = cls.r = {}
+        c = config("run")
+        pipeline = SegmentPipeline(c, SAMPLE_DIR, data_device=PLAN.data_device,
+                                   work_dir=c.training.checkpoint_dir)
+        raw = next(iter(pipeline.train_dataset(0)))
+        with tf.device(PLAN.data_device):
+            r["featurized"] = _devices(pipeline.featurize(raw).values())
+        r["raw"] = _devices(raw.values())
+        with pipeline.train_batches(0, PLAN.model_device) as feeder:
+            batch = next(iter(feeder))   # one clip: a segment of one utterance
+        r["batch"] = _devices(batch.values())
+        r["batch_shape"] = batch["audio"].shape.as_list()
+
+        trainer = VocoderTrainer(c, model_device=PLAN.model_device)
+        discriminators = [w.numpy().copy() for w in trainer.mpd.weights + trainer.msd.weights]
+        warm = [trainer.step(batch, adversarial=False) for _ in range(10)]
+        r["warmup_mel"] = [float(o["mel"]) for o in warm]
+        r["warmup_total_over_mel"] = float(warm[0]["total"]) / float(warm[0]["mel"])
+        r["warmup_discriminators_changed"] = sum(
+            not np.array_equal(a, w.numpy())
+            for a, w in zip(discriminators, trainer.mpd.weights + trainer.msd.weights))
+        r["iterations_after_warmup"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
+                                        int(trainer.step.disc.optimizer.iterations.numpy())]
+        gan = trainer.step(batch, adversarial=True)
+        r["iterations_after_gan"] = [int(trainer.step.gen.optimizer.iterations.numpy()),
+                                     int(trainer.step.disc.optimizer.iterations.numpy())]
+        r["outputs"] = _devices([*warm[0].values(), *gan.values()])
+        r["variables"] = _devices(trainer.variables + [trainer.step.step, trainer.epoch,
+                                                       trainer.best_val_loss])
+        r["n_variables"] = len(trainer.variables)
+
+        # The Vocos generator trains through the same step, on the same device.
+        vocos = VocoderTrainer(config("vocos", **{"vocoder.generator": "vocos"}),
+                               model_device=PLAN.model_device)
+        r["vocos_mel"] = [float(vocos.step(batch, adversarial=False)["mel"]) for _ in range(10)]
+        vocos_gan = vocos.step(batch, adversarial=True)
+        r["vocos_variables"] = _devices(vocos.variables)
+        r["vocos_outputs"] = _devices(list(vocos_gan.values()))
+
+        # fit(): the feeder loop, validation at step 12 (best/, TensorBoard audio), and a real
+        # SIGTERM sent to this process during that validation: fit() routes it to the trainer,
+        # whose next step finishes, saves and stops.
+        validate = trainer.validate
+
+        def validate_then_sigterm(pipeline, monitor=None):
+            stop = validate(pipeline, monitor)
+            handler = signal.getsignal(signal.SIGTERM)
+            if not callable(handler):  # would end the test process
+                raise AssertionError(f"fit() installed no SIGTERM handler ({handler!r})")
+            os.kill(os.getpid(), signal.SIGTERM)
+            return stop
+
+        trainer.validate = validate_then_sigterm
+        summary = trainer.fit(pipeline)
+        r["fit"] = [summary.step, summary.reason, os.path.basename(summary.checkpoint)]
+        r["best"] = sorted(os.listdir(os.path.join(c.training.checkpoint_dir, "best")))
+        tags = set()
+        for path in tf.io.gfile.glob(os.path.join(c.training.checkpoint_dir, "tensorboard", "val",
+                                                  "*")):
+            for record in tf.data.TFRecordDataset(path):
+                tags.update(v.tag for v in
+                            tf.compat.v1.Event.FromString(record.numpy()).summary.value)
+        r["val_tags"] = sorted(tags)
+        with open(os.path.join(c.training.checkpoint_dir, "model_info.json"),
+                  encoding="utf-8") as f:
+            r["model_info"] = json.load(f)
+        saved = _values(trainer)
+        resumed = VocoderTrainer(c, model_device=PLAN.model_device)   # auto-resume
+        r["resumed_step"] = resumed.global_step
+        r["resumed_mismatched"] = _mismatched(resumed, saved)
+
+        # training.max_minutes ends a fit by itself (after the first step here), with a
+        # checkpoint.
+        trainer.config.training.max_minutes = 1e-9
+        again = trainer.fit(pipeline)
+        r["timed_fit"] = [again.step, again.reason, os.path.basename(again.checkpoint)]
+
+        # --vocoder-init: a new run starts from the trained run's weights, with fresh optimizers.
+        tuned = VocoderTrainer(config("finetune"), model_device=PLAN.model_device,
+                               init_from=c.training.checkpoint_dir)
+        r["finetune"] = [tuned.global_step, int(tuned.step.gen.optimizer.iterations.numpy()),
+                         sum(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(
+                             tuned.generator.weights + tuned.mpd.weights + tuned.msd.weights,
+                             trainer.generator.weights + trainer.mpd.weights
+                             + trainer.msd.weights))]
+
+        # mixed_float16: each optimizer is a LossScaleOptimizer. Every variable gets a distinct
+        # value (slots, iteration counters, both loss scales), is saved, and a new trainer must
+        # restore it.
+        c16 = config("fp16", **{"training.precision": "mixed_float16"})
+        half = VocoderTrainer(c16, model_device=PLAN.model_device)
+        r["fp16_variables"] = _devices(half.variables)
+        r["loss_scale_variables"] = [v.path for v in half.variables if "dynamic_scale" in v.path]
+        rng = np.random.default_rng(0)
+        for v in half.variables:
+            dtype = tf.as_dtype(v.dtype)
+            v.assign((rng.normal(0, 1, v.shape) if dtype.is_floating
+                      else rng.integers(1, 1000, v.shape)).astype(dtype.as_numpy_dtype))
+        half.step.gen.optimizer.dynamic_scale.assign(512.0)
+        half.step.disc.optimizer.dynamic_scale.assign(64.0)
+        half.step.step.assign(7)
+        saved = _values(half)
+        half.checkpoints.save(half.global_step)
+        restored = VocoderTrainer(c16, model_device=PLAN.model_device)
+        r["fp16_restored"] = [restored.global_step, len(restored.variables), len(saved)]
+        r["fp16_mismatched"] = _mismatched(restored, saved)
+        r["fp16_scales"] = [float(restored.step.gen.optimizer.dynamic_scale.numpy()),
+                            float(restored.step.disc.optimizer.dynamic_scale.numpy())]
 
     def assert_on_model_device(self, devices):
         self.assertTrue(devices)
