@@ -7,13 +7,12 @@ file, and two writers never share a temporary name.
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from myxtts.atomic_write import atomic_write
-from tests import atomic_write_child
-from tests.device_harness import REPO
+from tests import children
+from tests.children import atomic_write as child
 
 OLD = {
     "model_info": ("model_info.json", '{"version": "old"}\n'),
@@ -36,10 +35,9 @@ def _killed_write(writer: str, folder: str, when: str) -> str:
     path = os.path.join(folder, name)
     with open(path, "w", encoding="utf-8") as f:
         f.write(old)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.run([sys.executable, "-m", "tests.atomic_write_child", writer, path, when],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(children.command("atomic_write", writer, path, when), cwd=children.REPO,
+                          env=children.env(TF_CPP_MIN_LOG_LEVEL="3"), capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-2000:]
     with open(path, encoding="utf-8") as f:
         return f.read()
@@ -54,7 +52,7 @@ def test_a_kill_inside_each_writer_leaves_the_old_or_the_new_file(writer, tmp_pa
     name, old = OLD[writer]
     expected = tmp_path / "expected" / name
     expected.write_text(old, encoding="utf-8")
-    atomic_write_child.write(writer, str(expected))
+    child.write(writer, str(expected))
     assert _killed_write(writer, str(tmp_path / "after_rename"), "after_rename") == \
         expected.read_text(encoding="utf-8") != old
 

@@ -17,20 +17,9 @@ import unittest
 
 from myxtts.cli import setup_logging
 from myxtts.model_info import ModelInfoError, read_model_info, update_model_info
+from tests import children
 from tests.data_samples import SAMPLE_DIR
 from tests.device_harness import REPO
-
-# Runs train_main.py as `python train_main.py ARGS` would, then reports on stdout's last line
-# whether TensorFlow had been imported when it exited.
-TRAIN_MAIN = """
-import runpy, sys
-sys.argv = ["train_main.py"] + sys.argv[1:]
-try:
-    runpy.run_path("train_main.py", run_name="__main__")
-finally:
-    print("tensorflow imported:", "tensorflow" in sys.modules)
-"""
-
 
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
@@ -39,8 +28,10 @@ def _env(**extra):
 
 
 def _train_main(*args):
-    return subprocess.run([sys.executable, "-c", TRAIN_MAIN, *args], capture_output=True,
-                          text=True, cwd=REPO, env=_env(), timeout=300)
+    """Runs `python train_main.py ARGS` (tests/children/cli_start.py); stdout's last line says
+    whether TensorFlow had been imported when it exited."""
+    return subprocess.run(children.command("cli_start", *args), capture_output=True, text=True,
+                          cwd=REPO, env=_env(), timeout=300)
 
 
 class ErrorsBeforeTensorFlowTest(unittest.TestCase):

@@ -24,6 +24,7 @@ from myxtts.evaluation.metrics import word_error_rate
 from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
 from myxtts.run_directory import SPLIT_FILE
+from tests import children
 from tests.data_samples import copy_sample_rows, speech, write_metadata
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
                                      make_checkpoint, sample_tokenizer,
@@ -209,11 +210,9 @@ class RecognizerTest(unittest.TestCase):
 
 class EvaluateArgumentsTest(unittest.TestCase):
     def test_arguments_are_checked_before_tensorflow_is_imported(self):
-        script = ("import sys; from myxtts.evaluate import guarded_main; "
-                  "code = guarded_main(['--checkpoint-dir', '/nonexistent/run', '--num', '2']); "
-                  "print(code, 'tensorflow' in sys.modules)")
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(children.command("evaluate", "--checkpoint-dir", "/nonexistent/run",
+                                               "--num", "2"),
+                              capture_output=True, text=True, check=False, cwd=children.REPO)
         self.assertEqual(done.stdout.split(), ["2", "False"], done.stderr)
         self.assertIn("--checkpoint-dir /nonexistent/run does not exist", done.stderr)
 

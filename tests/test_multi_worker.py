@@ -2,8 +2,8 @@
 machine with TF_CONFIG on loopback ports: each worker has its own data device (/CPU:1) and model
 device (/CPU:0, MultiWorkerMirroredStrategy's replica) and trains on its own shard of the files.
 
-The test runs `train_main.py` itself in both processes (through a wrapper that prints a digest of
-the trained weights when `fit` returns) and checks that
+The test runs `train_main.py` itself in both processes (through tests/children/multi_worker.py,
+which prints a digest of the trained weights when `fit` returns) and checks that
   * the job resumes after a worker is killed: the chief had saved checkpoints, worker 1 gets
     SIGKILL, worker 0 is stopped too (its next all-reduce cannot complete), both are started
     again and both resume from the chief's last checkpoint;
@@ -25,39 +25,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
 import yaml
 
+from tests import children
 from tests.device_harness import REPO
-
-WRAPPER = """
-import hashlib, json, sys
-import numpy as np
-from myxtts.training.trainer import XTTSTrainer
-
-fit = XTTSTrainer.fit
-
-
-def observed_fit(self, pipeline):
-    summary = fit(self, pipeline)
-    weights = b"".join(np.ascontiguousarray(v.numpy()).tobytes()
-                       for v in self.model.trainable_variables)
-    print("WORKER_RESULT " + json.dumps({
-        "digest": hashlib.sha256(weights).hexdigest(), "step": summary.step,
-        "directory": self.directory, "run_directory": self.run_directory}), flush=True)
-    return summary
-
-
-XTTSTrainer.fit = observed_fit
-sys.argv = ["train_main.py"] + sys.argv[1:]
-import train_main
-train_main.run()
-"""
-
 
 def free_ports(count):
     """Loopback ports the kernel reports free (bound to port 0, then released)."""
@@ -113,9 +88,9 @@ class MultiWorkerTest(unittest.TestCase):
                        encoding="utf-8")
             self.logs.append(log)
             workers.append((subprocess.Popen(
-                [sys.executable, "-c", WRAPPER, "--config", self.config,
-                 "--train-data", self.data, "--checkpoint-dir", self.run_dir,
-                 "--max-steps", str(max_steps), "--data-gpu", "0", "--model-gpu", "1"],
+                children.command("multi_worker", "--config", self.config,
+                                 "--train-data", self.data, "--checkpoint-dir", self.run_dir,
+                                 "--max-steps", max_steps, "--data-gpu", "0", "--model-gpu", "1"),
                 cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT), log))
         return workers
 

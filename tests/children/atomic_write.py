@@ -1,7 +1,7 @@
 """Child process of tests/test_atomic_write.py: runs one of myxtts' file writers over an existing
 file and is killed with SIGKILL inside the write.
 
-    python -m tests.atomic_write_child WRITER PATH {before_rename|after_rename}
+    python -m tests.children.atomic_write WRITER PATH {before_rename|after_rename}
 
 The kill comes from the write itself (no timing): `before_rename` replaces os.replace,
 `after_rename` the folder fsync that follows it.
