@@ -23,7 +23,7 @@ from tests.data_samples import copy_sample_rows, write_metadata
 from tests.device_harness import REPO, run_cli
 
 STEPS = 400
-SENTENCES = 10
+SENTENCES = 24
 
 
 @pytest.mark.slow
