@@ -15,7 +15,7 @@ import unittest
 import numpy as np
 import soundfile as sf
 
-from myxtts.data.long_recordings import split_recording
+from myxtts.data.long_recordings import build_corpus, split_recording
 from myxtts.data.transcript_alignment import espeak_voice
 from tests.data_samples import REPO, TINY, tiny_config
 
@@ -137,6 +137,23 @@ class ChapterToCorpusTest(unittest.TestCase):
                                env=dict(os.environ, PYTHONPATH=REPO), timeout=300)
         self.assertEqual(again.returncode, 2)
         self.assertIn("already holds a metadata.csv", again.stderr + again.stdout)
+
+    def test_an_unreadable_recording_is_reported_and_the_others_kept(self):
+        folder = os.path.join(self.tmp, "mixed")
+        shutil.copytree(self.recordings, folder)
+        with open(os.path.join(folder, "broken.wav"), "w", encoding="utf-8") as f:
+            f.write("not audio")
+        with open(os.path.join(folder, "broken.txt"), "w", encoding="utf-8") as f:
+            f.write("Some text.")
+        results = build_corpus(folder, os.path.join(self.tmp, "mixed_corpus"),
+                               tiny_config().data, "en")
+        by_name = {r.name: r for r in results}
+        self.assertEqual(by_name["broken"].pieces, [])
+        self.assertIn("cannot read", by_name["broken"].reason)
+        self.assertIn("broken.wav", by_name["broken"].reason)
+        self.assertTrue(by_name["chapter"].pieces)
+        with open(os.path.join(self.tmp, "mixed_corpus", "metadata.csv"), encoding="utf-8") as f:
+            self.assertEqual(len(f.readlines()), len(by_name["chapter"].pieces))
 
 
 if __name__ == "__main__":

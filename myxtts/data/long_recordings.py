@@ -87,11 +87,17 @@ def build_corpus(recordings: str, out: str, data_config, language: str,
     os.makedirs(os.path.join(out, "wavs"), exist_ok=True)
     rows, results = [], []
     for audio_path, text_path in pairs:
-        with open(text_path, encoding="utf-8") as f:
-            text = " ".join(f.read().split()).replace("|", ",")
-        samples = audio_io.decode(audio_path, d.sample_rate).samples
-        pieces, reason = split_recording(samples, text, d, language)
         name = os.path.splitext(os.path.basename(audio_path))[0].replace("|", "_")
+        try:
+            with open(text_path, encoding="utf-8") as f:
+                text = " ".join(f.read().split()).replace("|", ",")
+            samples = audio_io.decode(audio_path, d.sample_rate).samples
+        except (OSError, UnicodeDecodeError, RuntimeError, ValueError) as e:
+            # One unreadable recording or transcript is reported, not fatal to the others.
+            results.append(RecordingResult(name, 0.0, [], f"cannot read {audio_path} or "
+                                           f"{text_path}: {e}", d.sample_rate))
+            continue
+        pieces, reason = split_recording(samples, text, d, language)
         for k, piece in enumerate(pieces, start=1):
             piece_id = f"{name}_{k:04d}"
             sf.write(os.path.join(out, "wavs", f"{piece_id}.wav"),
