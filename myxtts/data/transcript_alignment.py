@@ -4,8 +4,8 @@ espeak-ng speaks the transcript, one piece per punctuation mark (`splitting.punc
 so the time of every mark in the synthetic speech is known; dynamic time warping of the two
 log-mel spectrograms (each normalised per band over its file) maps those times onto the
 recording. This is how audiobook aligners without a recogniser work, and it needs only a voice of
-the language, not one like the speaker: on real voice acting (Dutch and Czech lines joined into
-2-minute recordings) 95% of line ends are heard within 0.2 s of their pause (docs/data.md).
+the language, not one like the speaker (measured on real voice acting in docs/data.md, "Long
+recordings": `benchmarks/bench_long_recordings.py`).
 `myxtts.data.splitting` pairs the marks with pauses near where they were heard.
 
 `hear_punctuation` returns None when espeak-ng is not installed or has no voice for the
