@@ -97,6 +97,11 @@ class DataConfig:
     num_workers: int = _f(0, "Parallel map calls in tf.data; 0 = AUTOTUNE (--num-workers).")
     ref_min_seconds: float = _f(2.0, "Shortest speaker-reference slice in seconds.")
     ref_max_seconds: float = _f(6.0, "Longest speaker-reference slice in seconds.")
+    voice_shifts: List[float] = _f([], "Speaker augmentation: each factor f adds a copy of "
+                                       "every training speaker played f times faster (pitch, "
+                                       "formants and tempo scaled by f: another voice, speaker "
+                                       "'<name>~f'), e.g. [0.85, 1.15]. Validation rows are "
+                                       "never shifted. docs/cloning.md.")
     seed: int = _f(1234, "Seed for the train/validation split, shuffling and reference slices.")
 
 
@@ -367,6 +372,9 @@ class XTTSConfig:
         need(list(d.bucket_boundaries) == sorted(set(d.bucket_boundaries)),
              "data.bucket_boundaries", "must be strictly increasing.")
         need(d.num_workers >= 0, "data.num_workers", "must be >= 0 (0 = AUTOTUNE).")
+        need(all(0.5 <= f <= 2.0 and f != 1.0 for f in d.voice_shifts)
+             and len(set(d.voice_shifts)) == len(d.voice_shifts), "data.voice_shifts",
+             "must be distinct factors in [0.5, 2.0] other than 1.")
 
         for key in ("d_model", "num_heads", "ff_multiplier", "text_encoder_layers",
                     "decoder_layers", "num_speaker_latents", "reduction_factor", "prenet_dim",

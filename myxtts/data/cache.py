@@ -23,7 +23,7 @@ import tqdm
 
 from myxtts.data import audio as audio_lib
 
-from myxtts.data import audio_io
+from myxtts.data import audio_io, voice_shifts
 from myxtts.data.validation import Item
 
 logger = logging.getLogger("myxtts.data")
@@ -41,16 +41,20 @@ def fingerprint(items: Sequence[Item], data_config) -> str:
     for item in items:
         st = os.stat(item.audio_path)
         h.update(f"\n{item.id}|{os.path.abspath(item.audio_path)}|{st.st_size}|"
-                 f"{st.st_mtime_ns}".encode("utf-8"))
+                 f"{st.st_mtime_ns}|{item.voice_shift:g}".encode("utf-8"))
     return h.hexdigest()
 
 
 def load_samples(item: Item, data_config) -> np.ndarray:
     """The training-time audio of an item: decoded, resampled, trimmed, its piece of the file,
-    loudness-normalised."""
+    voice-shifted, loudness-normalised."""
     d = data_config
-    samples = audio_io.decode(item.audio_path, d.sample_rate, d.trim_silence,
-                               d.trim_top_db).samples[item.offset:item.offset + item.num_samples]
+    samples = audio_io.decode(item.audio_path, d.sample_rate, d.trim_silence, d.trim_top_db)
+    samples = samples.samples[item.offset:]
+    if item.voice_shift != 1.0:
+        samples = voice_shifts.shift_voice(samples[:round(item.num_samples * item.voice_shift)],
+                                           item.voice_shift, item.num_samples)
+    samples = samples[:item.num_samples]
     if d.normalize_loudness:
         samples = audio_io.normalize_loudness(samples, d.target_rms_db)
     return samples

@@ -68,6 +68,7 @@ from myxtts.data import audio as audio_lib
 
 from myxtts.data import audio_io
 from myxtts.data import cache as cache_lib
+from myxtts.data import voice_shifts
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
 from myxtts.data.feeder import DeviceFeeder
 from myxtts.data.prepare import VOCAB_FILE, prepare_dataset
@@ -93,6 +94,13 @@ class InputPipeline:
         self.report = prepared.report
         self.tokenizer = prepared.tokenizer
         self.items = prepared.items
+        if d.voice_shifts:
+            shifted = voice_shifts.shifted_items(self.items["train"], d.voice_shifts, d)
+            logger.info("Voice shifts %s: %d shifted copies of the %d training utterances, as "
+                        "%d more speakers.", ", ".join(f"{f:g}" for f in d.voice_shifts),
+                        len(shifted), len(self.items["train"]),
+                        len({it.speaker for it in shifted}))
+            self.items = {**self.items, "train": self.items["train"] + shifted}
         self.languages = list(d.languages)
         logger.info("%s\n  validation rows: %s", self.report.table(), prepared.val_source)
         if work_dir:

@@ -96,11 +96,13 @@ class Item:
     num_samples: int  # at data.sample_rate, after optional trimming
     source_rate: int
     offset: int = 0
+    voice_shift: float = 1.0  # played this many times faster (myxtts.data.voice_shifts)
 
     @property
-    def clip(self) -> Tuple[str, int]:
-        """What identifies its audio: the file and where in it the utterance starts."""
-        return self.audio_path, self.offset
+    def clip(self) -> Tuple[str, int, float]:
+        """What identifies its audio: the file, where in it the utterance starts and its voice
+        shift."""
+        return self.audio_path, self.offset, self.voice_shift
 
 
 @dataclasses.dataclass
