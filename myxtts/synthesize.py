@@ -7,9 +7,17 @@
     python -m myxtts.synthesize --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder ...
         (HiFi-GAN or Vocos instead of the Griffin-Lim fallback; docs/vocoder.md)
 
+A voice as a file (myxtts.inference.voices): several recordings are averaged into one voice,
+stored with --save-voice (with or without text to speak) and reused with --voice, which refuses
+a voice another model made:
+
+    myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio a.wav b.flac --save-voice v.npz
+    myxtts-synthesize --checkpoint-dir runs/tiny --voice v.npz --text "Hello." --output hello.wav
+
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
-vocabulary, unreadable reference audio) are printed as one paragraph, without a traceback, and
-the exit status is 2. TensorFlow is imported only after the arguments are checked.
+vocabulary, unreadable reference audio, a voice file that is not one or is another model's) are
+printed as one paragraph, without a traceback, and the exit status is 2. TensorFlow is imported
+only after the arguments are checked.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import List, Optional, Sequence
 
 from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
                         load_synthesizer, require_path)
+from myxtts.inference.voices import Voice, VoiceFileError, VoiceMismatchError
 
 logger = logging.getLogger("myxtts")
 
@@ -29,25 +38,47 @@ logger = logging.getLogger("myxtts")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="myxtts-synthesize", description=__doc__.split("\n")[0])
     add_model_args(p)
-    text = p.add_mutually_exclusive_group(required=True)
+    text = p.add_mutually_exclusive_group()
     text.add_argument("--text", help="The text to speak.")
     text.add_argument("--text-file", help="A UTF-8 file with one utterance per line "
                                           "(blank lines are skipped).")
-    p.add_argument("--reference-audio", required=True,
-                   help="A recording of the target speaker, any format the data pipeline "
-                        "reads (wav, flac, ogg, ...); the first data.ref_max_seconds are used.")
+    speaker = p.add_mutually_exclusive_group(required=True)
+    speaker.add_argument("--reference-audio", nargs="+", metavar="AUDIO",
+                         help="One or more recordings of the target speaker, any format the data "
+                              "pipeline reads (wav, flac, ogg, ...); the first "
+                              "data.ref_max_seconds of each are used and their speaker latents "
+                              "averaged.")
+    speaker.add_argument("--voice", metavar="VOICE.npz",
+                         help="A voice file --save-voice wrote with this model (another model's "
+                              "is refused).")
+    p.add_argument("--save-voice", metavar="VOICE.npz",
+                   help="Store the voice of --reference-audio in this .npz file (before "
+                        "synthesising; without --text/--text-file only the file is written).")
     p.add_argument("--language", default=None,
                    help="Language code from the model's data.languages (default: "
                         "data.default_language).")
-    p.add_argument("--output", required=True,
-                   help="A .wav file for one utterance, or a folder (created if needed) that "
-                        "gets 001.wav, 002.wav, ... one per line.")
+    p.add_argument("--output",
+                   help="Needed with --text/--text-file: a .wav file for one utterance, or a "
+                        "folder (created if needed) that gets 001.wav, 002.wav, ... one per "
+                        "line.")
     p.add_argument("--save-mel", action="store_true",
                    help="Also save each log10 mel [frames, n_mels] as .npy next to its wav.")
     return p
 
 
 def read_texts(args: argparse.Namespace) -> List[str]:
+    """The utterances to speak: none when only --save-voice is given."""
+    if args.text is None and args.text_file is None:
+        if not args.save_voice:
+            raise UsageError("Pass --text or --text-file (the words to speak), or --save-voice "
+                             "alone to only store the voice of --reference-audio.")
+        if args.output:
+            raise UsageError(f"--output {args.output} without --text or --text-file: pass the "
+                             f"words to speak.")
+        return []
+    if not args.output:
+        raise UsageError("--output is needed with --text/--text-file: a .wav file, or a folder "
+                         "for one file per line.")
     if args.text is not None:
         if not args.text.strip():
             raise UsageError("--text is empty: pass the words to speak.")
@@ -74,13 +105,32 @@ def output_paths(output: str, count: int) -> List[str]:
     return [os.path.join(output, f"{i:0{width}d}.wav") for i in range(1, count + 1)]
 
 
+def read_voice(args: argparse.Namespace) -> Optional[Voice]:
+    """Checks --reference-audio/--voice/--save-voice (no TensorFlow needed) and returns the
+    --voice file's voice (None with --reference-audio)."""
+    if args.save_voice and not args.reference_audio:
+        raise UsageError(f"--save-voice needs --reference-audio: a voice is made from "
+                         f"recordings (--voice {args.voice} is one already).")
+    if args.save_voice and os.path.isdir(args.save_voice):
+        raise UsageError(f"--save-voice {args.save_voice} is a folder: pass a file name such as "
+                         f"{os.path.join(args.save_voice, 'voice.npz')}.")
+    for path in args.reference_audio or ():
+        require_path("--reference-audio", path, "file",
+                     "recordings of the target speaker (wav, flac, ogg, ...)")
+    if args.voice is None:
+        return None
+    require_path("--voice", args.voice, "file", "a voice file that --save-voice wrote")
+    with flag_hint("(--voice: --save-voice with --reference-audio writes voice files.)",
+                   VoiceFileError):
+        return Voice.load(args.voice)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     texts = read_texts(args)
-    paths = output_paths(args.output, len(texts))
+    paths = output_paths(args.output, len(texts)) if texts else []
     check_model_args(args)
-    require_path("--reference-audio", args.reference_audio, "file",
-                 "a recording of the target speaker (wav, flac, ogg, ...)")
+    voice = read_voice(args)
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     import numpy as np
     import soundfile as sf
@@ -91,7 +141,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with flag_hint("Pass one of them to --language.", UnknownLanguageError):
         language_id = synth.language_id(language)
     encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio
-    latents = synth.speaker_latents(args.reference_audio)
+    if voice is None:
+        voice = synth.voice(args.reference_audio)
+    if args.save_voice:
+        with flag_hint(f"(--save-voice {args.save_voice})", VoiceFileError):
+            voice.save(args.save_voice)
+        print(f"{args.save_voice}: the voice of {', '.join(voice.references)} "
+              f"({voice.latents.shape[0]} latents), made by {voice.checkpoint}")
+    with flag_hint(f"(--voice {args.voice}, --checkpoint-dir {args.checkpoint_dir}: make it "
+                   f"again with --reference-audio and --save-voice, or pass the "
+                   f"--checkpoint-dir and --checkpoint that made it.)", VoiceMismatchError):
+        latents = synth.latents_of(voice)
     for ids, path in zip(encoded, paths):
         started = time.monotonic()
         result = synth.synthesize_detailed(ids, language_id, latents)

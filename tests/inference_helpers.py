@@ -52,6 +52,17 @@ def make_checkpoint(checkpoint_dir: str, step: int = 1):
     return _save(checkpoint_dir, config, tokenizer, {"model": model}, step), model.get_weights()
 
 
+def finetuned_checkpoint(source_dir: str, checkpoint_dir: str, frozen: str, step: int = 2) -> str:
+    """Writes ckpt-<step> of `source_dir`'s model into `checkpoint_dir` with every weight moved
+    except those of its layer `frozen` (e.g. "speaker_encoder"), as fine-tuning with
+    training.freeze leaves them; returns the prefix."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.checkpoint_loading import load_checkpoint
+    loaded = load_checkpoint(source_dir)
+    getattr(loaded.model, frozen).trainable = False
+    return _save(checkpoint_dir, loaded.config, loaded.tokenizer, {"model": loaded.model}, step)
+
+
 def _save(directory: str, config: XTTSConfig, tokenizer, objects: dict, step: int) -> str:
     """Moves every weight of `objects` off its seeded initial value (a loader that silently kept
     initial values would not match) and saves them as ckpt-<step>, with config.yaml (and

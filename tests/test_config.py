@@ -97,7 +97,8 @@ class ConfigTest(unittest.TestCase):
         import subprocess
         modules = ["myxtts.config", "myxtts.devices", "myxtts.cli", "myxtts.run_directory",
                    "myxtts.atomic_write", "myxtts.source_run", "myxtts.model_info",
-                   "myxtts.data.audio_io", "myxtts.data.text", "myxtts.inference.text_front_end"]
+                   "myxtts.data.audio_io", "myxtts.data.text", "myxtts.inference.text_front_end",
+                   "myxtts.inference.voices", "myxtts.synthesize"]
         self.assertEqual(subprocess.run(children.command("config", *modules),
                                         cwd=REPO).returncode, 0)
 

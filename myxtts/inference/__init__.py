@@ -1,2 +1,3 @@
-"""Inference helpers: checkpoint loading, the synthesizer, the exporter, and the vocoders
-(vocoding.py: a trained HiFi-GAN, or the Griffin-Lim fallback of griffin_lim.py)."""
+"""Inference helpers: checkpoint loading, the synthesizer, voice files (voices.py), the exporter,
+and the vocoders (vocoding.py: a trained HiFi-GAN, or the Griffin-Lim fallback of
+griffin_lim.py)."""

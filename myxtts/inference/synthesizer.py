@@ -2,6 +2,9 @@
 
     synth = Synthesizer.from_checkpoint_dir("runs/tiny")            # latest ckpt-N
     latents = synth.speaker_latents("reference.flac")                # any soundfile format
+    latents = synth.speaker_latents(["a.wav", "b.flac"])             # mean of their latents
+    voice = synth.voice(["a.wav", "b.flac"]); voice.save("v.npz")    # voices.Voice, a file
+    latents = synth.latents_of(Voice.load("v.npz"))                  # refuses another model's
     wav, mel = synth.synthesize("Hello there.", "en", latents)       # float32 [S], [T, n_mels]
     result = synth.synthesize_detailed(synth.encode("Hello.", "en"), synth.language_id("en"),
                                        latents)  # + .alignment, .ended_by_stop (Synthesis)
@@ -16,8 +19,10 @@ dropout is off and the prenet's inference dropout uses fixed position-keyed mask
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from typing import List, Optional, Tuple
+import os
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile as sf
@@ -30,6 +35,7 @@ from myxtts.errors import MyXTTSError
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
+from myxtts.inference.voices import Voice, conditioning_fingerprint
 
 logger = logging.getLogger("myxtts.inference")
 
@@ -107,13 +113,33 @@ class Synthesizer:
         training data (myxtts.data.cache.load_samples)."""
         return self.log_mel(samples[: self.reference_samples][None])[0].numpy()
 
-    def speaker_latents(self, reference_audio_path: str) -> tf.Tensor:
-        """float32 [1, num_speaker_latents, d_model] for the speaker of the recording."""
-        return self.speaker_latents_from_mel(self.reference_mel(reference_audio_path))
+    def speaker_latents(self, reference_audio: Union[str, Sequence[str]]) -> tf.Tensor:
+        """float32 [1, num_speaker_latents, d_model] for the speaker of a recording (a path), or
+        the mean of each recording's latents for several (a sequence of paths)."""
+        paths = _paths(reference_audio)
+        latents = [self.speaker_latents_from_mel(self.reference_mel(p)) for p in paths]
+        return tf.reduce_mean(tf.concat(latents, axis=0), axis=0, keepdims=True)
 
     def speaker_latents_from_mel(self, reference_mel) -> tf.Tensor:
         mel = tf.convert_to_tensor(reference_mel, tf.float32)[None]
         return self.model.speaker_latents(mel, tf.shape(mel)[1:2])
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        """The conditioning fingerprint of this model (voices.conditioning_fingerprint): equal
+        for every model that makes the same latents from the same recordings."""
+        return conditioning_fingerprint(self.model, self.config)
+
+    def voice(self, reference_audio: Union[str, Sequence[str]]) -> Voice:
+        """The voice of one or several recordings (speaker_latents), to save and reuse."""
+        paths = _paths(reference_audio)
+        return Voice(self.speaker_latents(paths)[0].numpy(), self.fingerprint,
+                     tuple(os.path.basename(p) for p in paths), self.loaded.checkpoint_path)
+
+    def latents_of(self, voice: Voice) -> tf.Tensor:
+        """float32 [1, num_speaker_latents, d_model] of `voice`; voices.VoiceMismatchError when
+        another model made it."""
+        return tf.constant(voice.latents_for(self.fingerprint, self.loaded.checkpoint_path)[None])
 
     # ---- text ------------------------------------------------------------------------------
     def language_id(self, language: str) -> int:
@@ -158,3 +184,13 @@ class Synthesizer:
 
     def max_frames(self, num_tokens: int) -> int:
         return self.front_end.max_frames(num_tokens)
+
+
+def _paths(reference_audio: Union[str, Sequence[str]]) -> List[str]:
+    """One path or several as a list; ReferenceAudioError for none."""
+    paths = [reference_audio] if isinstance(reference_audio, (str, os.PathLike)) else \
+        list(reference_audio)
+    if not paths:
+        raise ReferenceAudioError("No reference audio given: pass one or more recordings of the "
+                                  "target speaker.")
+    return [os.fspath(p) for p in paths]
