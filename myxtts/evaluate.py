@@ -9,10 +9,14 @@ train on) are synthesised without teacher forcing, each with a reference recordi
 speaker that is another utterance, never the sentence itself. Per utterance and on average it
 reports the length ratio, whether the stop head ended decoding, the text attention's focus,
 monotonicity and coverage, DTW mel-cepstral distortion to the own and to the other sentences'
-recordings, the text-match rate, and an offline recogniser's word error rate on the Griffin-Lim
-audio next to Griffin-Lim of the real mels (the ceiling) and the recording itself
-(docs/evaluation.md). Problems the user can fix are one paragraph with exit status 2;
-TensorFlow is imported only after the arguments are checked.
+recordings, the text-match rate, and an offline recogniser's word error rate on the vocoded
+audio (Griffin-Lim, or the --vocoder-dir vocoder) next to the vocoded real mels (the ceiling)
+and the recording itself. With a speaker judge installed it also says whose voice the outputs
+have: each sentence is said with its speaker's reference and with another speaker's, and an
+independent speaker encoder compares them with the references and the real recordings
+(in-set, or zero-shot for speakers the run never trained on). docs/evaluation.md. Problems the
+user can fix are one paragraph with exit status 2; TensorFlow is imported only after the
+arguments are checked.
 """
 
 from __future__ import annotations
@@ -20,17 +24,21 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
                         load_synthesizer)
 from myxtts.config import XTTSConfig
 from myxtts.data.metadata import DatasetError
 from myxtts.evaluation import metrics
-from myxtts.evaluation.free_running import (evaluate, find_sentences, format_table,
-                                            pick_sentences, summarize, write_json)
+from myxtts.evaluation.free_running import (evaluate, format_speaker_table, format_table,
+                                            summarize, write_json)
+from myxtts.evaluation.sentence_choice import find_sentences, pick_sentences
 from myxtts.model_info import read_model_info
 from myxtts.run_directory import CONFIG_FILE, step_of
+
+if TYPE_CHECKING:  # imports torch, only when speaker similarity is measured
+    from myxtts.evaluation.speaker_judge import ResemblyzerJudge
 
 logger = logging.getLogger("myxtts")
 
@@ -38,7 +46,7 @@ logger = logging.getLogger("myxtts")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="myxtts-evaluate", description=__doc__.split("\n")[0])
-    add_model_args(p, vocoder=False)
+    add_model_args(p)
     p.add_argument("--data", default=None,
                    help="Dataset folder (metadata.csv + wavs/). Default: the run's training "
                         "data (model_info.json), whose saved validation split is evaluated; "
@@ -51,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--recognizer", choices=("auto", "pocketsphinx", "none"), default="auto",
                    help="Word error rate with pocketsphinx (English only): 'auto' when it is "
                         "installed, 'pocketsphinx' to require it, 'none' to skip.")
+    p.add_argument("--speaker-judge", choices=("auto", "resemblyzer", "none"), default="auto",
+                   help="Speaker similarity by Resemblyzer's pretrained speaker encoder (each "
+                        "sentence is also synthesised with another speaker's reference): "
+                        "'auto' when it is installed, 'resemblyzer' to require it, 'none' to "
+                        "skip.")
     return p
 
 
@@ -67,6 +80,23 @@ def check_args(args: argparse.Namespace) -> None:
     if args.output and os.path.isdir(args.output):
         raise UsageError(f"--output {args.output} is a folder; pass a file name such as "
                          f"{os.path.join(args.output, 'report.json')}.")
+
+
+def _speaker_judge(choice: str, picks) -> Tuple[Optional["ResemblyzerJudge"], str]:
+    """(judge, "") or (None, why speaker similarity is not measured)."""
+    # pylint: disable=import-outside-toplevel  (torch only when it is used)
+    from myxtts.evaluation.speaker_judge import SpeakerJudgeUnavailableError, load_speaker_judge
+    speakers = sorted({p.item.speaker for p in picks})
+    if len(speakers) < 2 and choice != "none":
+        return None, (f"one speaker evaluated ({speakers[0]}); the speaker measures compare "
+                      f"voices, so they need sentences of two or more speakers (--data with "
+                      f"two or more speakers, --num 2 or more)")
+    with flag_hint("Pass --speaker-judge none (or auto) to evaluate without speaker "
+                   "similarity.", SpeakerJudgeUnavailableError):
+        judge, why_not = load_speaker_judge(choice)
+    if choice == "none":
+        why_not = f"{why_not} (--speaker-judge none)"
+    return judge, why_not
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -96,21 +126,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         recognizer, why_not = load_recognizer(args.recognizer, languages)
     if args.recognizer == "none":
         why_not = f"{why_not} (--recognizer none)"
-    logger.info("Evaluating %d sentence(s) from %s; word error rate: %s.", len(picks),
-                sentences.source, recognizer.name if recognizer else f"not measured ({why_not})")
-    rows = evaluate(synth, picks, recognizer)
+    judge, judge_why_not = _speaker_judge(args.speaker_judge, picks)
+    logger.info("Evaluating %d sentence(s) from %s (%s); word error rate: %s; speaker "
+                "similarity: %s.", len(picks), sentences.source, sentences.mode,
+                recognizer.name if recognizer else f"not measured ({why_not})",
+                judge.name if judge else f"not measured ({judge_why_not})")
+    rows, cloning = evaluate(synth, picks, recognizer, judge)
     summary = summarize(rows)
     report = {"checkpoint": synth.loaded.checkpoint_path,
               "step": step_of(synth.loaded.checkpoint_path),
               "data": os.path.abspath(sentences.data_dir), "sentences_from": sentences.source,
-              "num": len(rows), "seed": args.seed,
+              "mode": sentences.mode, "num": len(rows), "seed": args.seed,
               "max_decoder_steps": synth.max_decoder_steps,
-              "griffin_lim_iterations": args.griffin_lim_iters,
+              "vocoder": synth.vocoder.name,
               "mcd_coefficients": metrics.MCD_COEFFICIENTS,
               "recognizer": recognizer.name if recognizer else None,
               "wer_not_measured_because": None if recognizer else why_not,
               "sentences_without_reference": lonely,
-              "mean": summary, "utterances": rows}
+              "mean": summary,
+              "speaker": {"judge": judge.name if judge else None,
+                          "not_measured_because": None if judge else judge_why_not,
+                          **(cloning or {})},
+              "utterances": rows}
     print(f"{report['checkpoint']} (step {report['step']}): {len(rows)} held-out sentence(s) "
           f"from {sentences.source}")
     print(format_table(rows, summary))
@@ -118,6 +155,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"WER not measured: {why_not}.")
     if len(rows) < 2:
         print("Text match needs at least 2 sentences (--num 2 or more).")
+    if cloning:
+        print(f"Speaker similarity ({sentences.mode}, {len(cloning['speakers'])} speakers) by "
+              f"{judge.name}:")
+        print(format_speaker_table(cloning))
+    else:
+        print(f"Speaker similarity not measured: {judge_why_not}.")
     if args.output:
         write_json(args.output, report)
         print(f"Report: {args.output}")

@@ -17,7 +17,7 @@ from myxtts.data.metadata import DatasetError
 from myxtts.data.prepare import prepare_dataset
 from myxtts.data.validation import DatasetValidationError
 from myxtts.evaluate import guarded_main as evaluate_command
-from myxtts.evaluation.free_running import find_sentences
+from myxtts.evaluation.sentence_choice import find_sentences
 from myxtts.model_info import read_model_info, update_model_info
 from tests.data_samples import copy_sample_rows, speech, tiny_config, write_metadata
 

@@ -2,6 +2,7 @@
 reference is another utterance of the same speaker (never the sentence itself), and user
 errors are one paragraph with exit status 2, found before TensorFlow is imported."""
 
+import collections
 import contextlib
 import importlib.util
 import io
@@ -19,7 +20,9 @@ import pytest
 
 from myxtts.data.metadata import DatasetError, read_metadata, split_rows
 from myxtts.evaluate import guarded_main
-from myxtts.evaluation.free_running import find_sentences, pick_sentences
+from myxtts.evaluation.sentence_choice import (IN_SET, ZERO_SHOT, find_sentences,
+                                               pick_sentences)
+from myxtts.evaluation.free_running import SPEAKER_FIELDS
 from myxtts.evaluation.metrics import word_error_rate
 from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
@@ -28,14 +31,19 @@ from tests import children
 from tests.data_samples import copy_sample_rows, speech, write_metadata
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
                                      make_checkpoint, sample_tokenizer,
-                                     tiny_inference_config)
+                                     shared_vocoder_checkpoint, tiny_inference_config)
 
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
              "mcd_others", "text_match", "text_match_chance", "wer_synth",
-             "wer_gt_griffin_lim", "wer_recording"}
-UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance"} | {
+             "wer_gt_vocoded", "wer_recording"}
+UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance"} | set(SPEAKER_FIELDS) | {
     "id", "speaker", "text", "reference_id", "reference_audio", "tokens", "gt_frames",
-    "synth_frames", "max_frames", "heard_synth", "heard_gt_griffin_lim", "heard_recording"}
+    "synth_frames", "max_frames", "heard_synth", "heard_gt_vocoded", "heard_recording"}
+SPEAKER_SUMMARY_KEYS = {"judge", "not_measured_because", "speakers", "chance", "outputs",
+                        "secs_own", "secs_others", "secs_gap", "speaker_match", "real",
+                        "gap_ratio", "reference_decides", "per_speaker"}
+JUDGE_INSTALLED = bool(importlib.util.find_spec("resemblyzer")
+                       and importlib.util.find_spec("torch"))
 
 
 def run_quietly(argv):
@@ -85,7 +93,7 @@ class EvaluateCliTest(unittest.TestCase):
         self.assertEqual(len(report["utterances"]), 3)
         for utterance in report["utterances"]:
             self.assertEqual(set(utterance) - {"seconds", "word_errors_synth",
-                                               "word_errors_gt_griffin_lim",
+                                               "word_errors_gt_vocoded",
                                                "word_errors_recording"}, UTTERANCE_KEYS)
             self.assertIn(utterance["id"], self.val_ids)
             self.assertNotEqual(utterance["reference_id"], utterance["id"])
@@ -104,6 +112,79 @@ class EvaluateCliTest(unittest.TestCase):
         self.assertIn("WER not measured", stdout)
         for utterance in report["utterances"]:
             self.assertIn(utterance["id"], stdout)
+        self.assertEqual(report["mode"], "in-set")
+        self.assertEqual(report["vocoder"], f"griffin-lim ({GRIFFIN_LIM_ITERS} iterations)")
+        self.check_speaker_measures(report, stdout, ["anna", "ben"])
+
+    def check_speaker_measures(self, report, stdout, speakers):
+        """Each sentence also said in the other speaker's voice, and judged when the judge is
+        installed."""
+        speaker = report["speaker"]
+        if not JUDGE_INSTALLED:
+            self.assertIn("not installed", speaker["not_measured_because"])
+            self.assertIn("Speaker similarity not measured", stdout)
+            return
+        self.assertEqual(set(speaker), SPEAKER_SUMMARY_KEYS)
+        self.assertIn("resemblyzer", speaker["judge"])
+        self.assertIsNone(speaker["not_measured_because"])
+        self.assertEqual(speaker["speakers"], speakers)
+        self.assertEqual(speaker["chance"], 1 / len(speakers))
+        self.assertEqual(speaker["outputs"], 2 * report["num"])
+        self.assertEqual(set(speaker["per_speaker"]), set(speakers))
+        self.assertEqual(speaker["real"]["recordings"],
+                         len({u[key] for u in report["utterances"]
+                              for key in ("id", "reference_id", "cross_reference_id")}))
+        for utterance in report["utterances"]:
+            self.assertNotEqual(utterance["cross_speaker"], utterance["speaker"])
+            self.assertIn(utterance["cross_speaker"], speakers)
+            for key in ("secs_own", "secs_others", "cross_secs_own", "cross_secs_others"):
+                self.assertTrue(-1.0 <= utterance[key] <= 1.0, (key, utterance[key]))
+            for key in ("speaker_match", "cross_speaker_match", "reference_decides"):
+                self.assertIsInstance(utterance[key], bool)
+        self.assertIn("reference decides", stdout)
+        for name in speakers:
+            self.assertIn(name, stdout)
+
+    def test_without_the_judge_the_evaluation_runs_and_says_why(self):
+        output = os.path.join(self.tmp, "no_judge.json")
+        with mock.patch.dict(sys.modules, {"resemblyzer": None}):  # as if not installed
+            code, stdout, stderr = run_quietly([
+                "--checkpoint-dir", self.checkpoint_dir, "--num", "2", "--output", output,
+                "--recognizer", "none", "--max-decoder-steps", str(MAX_DECODER_STEPS),
+                "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
+        self.assertEqual(code, 0, stderr)
+        with open(output, encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertIsNone(report["speaker"]["judge"])
+        self.assertIn("resemblyzer is not installed", report["speaker"]["not_measured_because"])
+        self.assertIn("Speaker similarity not measured: resemblyzer is not installed", stdout)
+        for utterance in report["utterances"]:
+            self.assertTrue(all(utterance[key] is None for key in SPEAKER_FIELDS), utterance)
+
+    def test_zero_shot_speakers_judged_on_the_neural_vocoder_audio(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint()
+        data = os.path.join(self.tmp, "new_voices")
+        write_metadata(data, [line.replace("|anna|", "|carl|").replace("|ben|", "|dora|")
+                              for line in copy_sample_rows(data, 6)])
+        output = os.path.join(self.tmp, "zero_shot.json")
+        code, stdout, stderr = run_quietly([
+            "--checkpoint-dir", self.checkpoint_dir, "--data", data, "--num", "2",
+            "--vocoder-dir", vocoder_dir, "--output", output, "--recognizer", "none",
+            "--max-decoder-steps", str(MAX_DECODER_STEPS)])
+        self.assertEqual(code, 0, stderr)
+        with open(output, encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertEqual(report["mode"], "zero-shot")
+        self.assertIn(vocoder_dir, report["vocoder"])
+        self.assertIn("HiFi-GAN", report["vocoder"])
+        by_speaker = {u["speaker"]: u for u in report["utterances"]}
+        self.assertEqual(sorted(by_speaker), ["carl", "dora"])
+        # One reference per speaker; the other speaker's is the cross reference.
+        self.assertEqual(by_speaker["carl"]["cross_reference_id"],
+                         by_speaker["dora"]["reference_id"])
+        self.assertEqual(by_speaker["dora"]["cross_reference_id"],
+                         by_speaker["carl"]["reference_id"])
+        self.check_speaker_measures(report, stdout, ["carl", "dora"])
 
     def test_user_errors_are_one_paragraph_with_status_2(self):
         empty = os.path.join(self.tmp, "empty_data")
@@ -119,6 +200,8 @@ class EvaluateCliTest(unittest.TestCase):
             (["--checkpoint-dir", no_info], "--data DIR"),
             (["--checkpoint-dir", self.checkpoint_dir, "--checkpoint", "ckpt-99",
               "--recognizer", "none"], "ckpt-99"),
+            (["--checkpoint-dir", self.checkpoint_dir, "--vocoder-checkpoint", "best"],
+             "--vocoder-checkpoint needs --vocoder-dir"),
         ]
         for argv, expected in cases:
             with self.subTest(argv=argv):
@@ -175,6 +258,49 @@ class SentenceChoiceTest(unittest.TestCase):
         self.assertEqual(lonely, ["S002"])
         self.assertEqual(sorted((p.item.id, p.reference.id) for p in picks),
                          [("S001", "S003"), ("S003", "S001")])
+
+    def pick(self, folder, num):
+        sentences = find_sentences(self.config, self.run_dir, folder, self.info)
+        tokenizer = sample_tokenizer(self.config.data.text_cleaners)
+        picks, _ = pick_sentences(sentences, self.config, tokenizer, num=num, seed=3)
+        return sentences, picks
+
+    def test_a_folder_of_training_speakers_is_in_set_spread_evenly_with_cross_references(self):
+        other = os.path.join(self.tmp, "same_speakers")
+        write_metadata(other, copy_sample_rows(other, 12))  # anna and ben, 6 each
+        sentences, picks = self.pick(other, num=5)
+        self.assertEqual(sentences.mode, IN_SET)
+        by_speaker = collections.Counter(p.item.speaker for p in picks)
+        self.assertEqual(by_speaker, {"anna": 3, "ben": 2})  # in turn, by name
+        references = {p.item.speaker: set() for p in picks}
+        for p in picks:
+            references[p.item.speaker].add(p.reference.id)
+        for p in picks:
+            self.assertNotEqual(p.reference.id, p.item.id)
+            self.assertEqual(p.reference.speaker, p.item.speaker)
+            self.assertNotEqual(p.cross_reference.speaker, p.item.speaker)
+            self.assertIn(p.cross_reference.id, references[p.cross_reference.speaker])
+
+    def test_new_speakers_are_zero_shot_with_one_3_to_8_second_reference_each(self):
+        other = os.path.join(self.tmp, "new_speakers")
+        lines = [line.replace("|anna|", "|carl|").replace("|ben|", "|dora|")
+                 for line in copy_sample_rows(other, 12)]
+        write_metadata(other, lines)
+        sentences, picks = self.pick(other, num=20)
+        self.assertEqual(sentences.mode, ZERO_SHOT)
+        references = {p.item.speaker: p.reference for p in picks}
+        self.assertEqual(len(picks), 10)  # every row but the two references
+        for p in picks:
+            self.assertIs(p.reference, references[p.item.speaker])
+            self.assertIs(p.cross_reference, references[p.cross_reference.speaker])
+            self.assertNotEqual(p.cross_reference.speaker, p.item.speaker)
+        self.assertEqual(sorted(references), ["carl", "dora"])
+        for reference in references.values():
+            seconds = reference.num_samples / self.config.data.sample_rate
+            self.assertTrue(3.0 <= seconds <= 8.0, seconds)
+            self.assertNotIn(reference.id, [p.item.id for p in picks])
+        # The same seed, the same choice.
+        self.assertEqual(self.pick(other, num=20)[1], picks)
 
     def test_no_held_out_sentence_is_a_clear_error(self):
         config = self.config.override({"data.val_fraction": 0.0}, source="test")

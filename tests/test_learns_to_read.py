@@ -65,7 +65,8 @@ class LearnsToReadTest(unittest.TestCase):
         output = os.path.join(self.tmp, "report.json")
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             code = guarded_main(["--checkpoint-dir", self.run_dir, "--data", judged, "--num",
-                                 str(SENTENCES), "--recognizer", "none", "--output", output])
+                                 str(SENTENCES), "--recognizer", "none", "--speaker-judge", "none",
+                                 "--output", output])
         self.assertEqual(code, 0)
         with open(output, encoding="utf-8") as f:
             mean = json.load(f)["mean"]

@@ -59,6 +59,7 @@ class GriffinLimVocoder:
         self.hop, self.win = d.hop_length, d.win_length
         self.log_floor = math.log10(d.mel_floor)
         self.griffin_lim = GriffinLim.from_config(d, iterations)
+        self.name = f"griffin-lim ({iterations} iterations)"
 
     def describe(self) -> str:
         return (f"Vocoder: Griffin-Lim ({self.iterations} iterations, tf.signal), the fallback "
@@ -96,6 +97,7 @@ class NeuralVocoder:
         self.hop = data_config.hop_length
         self.log_floor = math.log10(data_config.mel_floor)
         self.checkpoint_path = checkpoint_path
+        self.name = f"{generator.vocoder_name} {checkpoint_path}"
 
     def describe(self) -> str:
         return (f"Vocoder: {self.generator.vocoder_name} {self.checkpoint_path} "
