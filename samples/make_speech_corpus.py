@@ -1,24 +1,108 @@
-"""Builds a single-speaker LJSpeech-style corpus offline: public-domain text (King James Bible,
-`bible` from Debian's bible-kjv) spoken by espeak-ng or flite, 16 kHz mono WAV, silence trimmed.
+r"""Builds LJSpeech-style corpora offline: public-domain text (King James Bible, `bible` from
+Debian's bible-kjv) spoken by espeak-ng or flite, 16 kHz mono WAV, silence trimmed.
 
     apt-get install espeak-ng flite sox bible-kjv
     python samples/make_speech_corpus.py --out corpora/espeak_m --engine espeak --voice en-us \
         --books Gen,Exod,Num,Deut --minutes 45
     python samples/make_speech_corpus.py --out corpora/flite_slt --engine flite --voice slt \
         --books Prov,Ps,Isa,Matt --minutes 45
+    python samples/make_speech_corpus.py --many-voices --out corpora/voices25 --minutes 45 \
+        --held-out-sets 2 --held-out 6 --held-out-utterances 12
 
 Verses are cut at clause punctuation into pieces of --min-chars..--max-chars characters, so
-utterances are 1.5-7 s long. It stops once --minutes of audio are written. These corpora are
+utterances are about 1.5-7 s long. It stops once --minutes of audio are written. These corpora are
 what configs/quick.yaml is trained and judged on (docs/results.md); they are not committed.
+
+--many-voices builds a multi-speaker training corpus and held-out (zero-shot) sets. The voices
+are every flite voice and a list of espeak-ng variants (en-gb-scotland+f2, en-us+Jacky, ...; the
+variants that sound alike or not like speech are left out), each variant in one accent. The
+held-out sets are drawn first, seeded, each one flite voice, 2 high (female or child) and 3 low
+espeak-ng voices (the pattern repeats for larger sets). The training voices are the others, plus
+sox pitch/tempo-shifted copies of them (flite first) until there are --voices. --minutes of
+speech from --books go to the training voices, each utterance to the voice with the least so
+far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --held-out-books
+per voice go to <out>_unseen1, <out>_unseen2, ... Every folder gets voices.tsv: each speaker,
+how it was made, its set and what it got. The same command writes the same corpus.
 """
 
 import argparse
+import dataclasses
 import os
+import random
 import re
 import subprocess
 import tempfile
 
 import soundfile as sf
+
+FLITE_VOICES = ["awb", "kal16", "rms", "slt"]
+# espeak-ng --voices=variant, minus look-alikes (klatt = klatt6 = adam, f2 ~ f5, michel ~ miguel,
+# ...) and non-speech (whisper, croak, robosoft*, echo-heavy ones).
+HIGH_VARIANTS = ["Alicia", "Andrea", "anika", "aunty", "belinda", "f2", "shelby", "steph2", "zac"]
+LOW_VARIANTS = ["Andy", "boris", "david", "ed", "edward", "Gene2", "Henrique", "iven", "Jacky",
+                "kaukovalta", "klatt6", "Lee", "marcelo", "Nguyen", "pablo", "quincy", "sandro",
+                "travis"]
+# espeak-ng --voices=en without the mbrola ones; the variants take them in turn. "en" is en-gb
+# (the same voice file): espeak-ng 1.51 ignores a +variant after "en-gb".
+ACCENTS = ["en", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-x-rp",
+           "en-us", "en-us-nyc"]
+HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
+SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
+SHIFT_TEMPI = [0.9, 1.1]
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Voice:
+    engine: str
+    voice: str
+    variant: str = ""
+    high: bool = False
+    cents: int = 0
+    tempo: float = 1.0
+
+    @property
+    def kind(self) -> str:
+        return "flite" if self.engine == "flite" else "high" if self.high else "low"
+
+    @property
+    def name(self) -> str:
+        shift = f"_p{self.cents:+d}_t{self.tempo:g}" if self.cents else ""
+        return "_".join(filter(None, [self.engine, self.voice, self.variant])) + shift
+
+    @property
+    def effects(self) -> list:
+        return ["pitch", str(self.cents), "tempo", "-s", str(self.tempo)] if self.cents else []
+
+
+def inventory() -> list:
+    """The unshifted voices: the flite voices, then the espeak-ng variants in name order."""
+    variants = sorted([(v, True) for v in HIGH_VARIANTS] + [(v, False) for v in LOW_VARIANTS],
+                      key=lambda v: v[0].lower())
+    return ([Voice("flite", v, high=v == "slt") for v in FLITE_VOICES]
+            + [Voice("espeak", ACCENTS[i % len(ACCENTS)], v, high)
+               for i, (v, high) in enumerate(variants)])
+
+
+def split(voices: list, n_train: int, sets: int, per_set: int, seed: int):
+    """(held-out sets, training voices); see the module docstring."""
+    rng = random.Random(seed)
+    pools = {kind: [v for v in voices if v.kind == kind] for kind in ("flite", "high", "low")}
+    for pool in pools.values():
+        rng.shuffle(pool)
+    try:
+        held = [[pools[HELD_OUT_SLOTS[slot % len(HELD_OUT_SLOTS)]].pop()
+                 for slot in range(per_set)] for _ in range(sets)]
+    except IndexError:
+        raise ValueError(f"too few voices for {sets} held-out sets of {per_set}") from None
+    others = pools["high"] + pools["low"]
+    rng.shuffle(others)
+    rest = pools["flite"] + others
+    if n_train > 2 * len(rest):
+        raise ValueError(f"at most {2 * len(rest)} training voices (--voices)")
+    shifted = [dataclasses.replace(v, cents=SHIFT_CENTS[v.high],
+                                   tempo=SHIFT_TEMPI[i % len(SHIFT_TEMPI)])
+               for i, v in enumerate(rest[:max(0, n_train - len(rest))])]
+    return held, sorted(rest[:n_train] + shifted)
 
 
 def verses(book: str):
@@ -53,20 +137,74 @@ def pieces(verse: str, min_chars: int, max_chars: int):
         yield current
 
 
-def speak(engine: str, voice: str, text: str, path: str, tmp: str) -> None:
+def texts(books: str, min_chars: int, max_chars: int):
+    for book in books.split(","):
+        for verse in verses(book):
+            yield from pieces(verse, min_chars, max_chars)
+
+
+def speak(engine: str, voice: str, text: str, path: str, tmp: str, effects=()) -> None:
     raw = os.path.join(tmp, "raw.wav")
     if engine == "espeak":
         subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "-w", raw, text], check=True)
     else:
         subprocess.run(["flite", "-voice", voice, "-t", text, "-o", raw], check=True)
-    # 16 kHz mono 16-bit, leading/trailing silence trimmed, peak-normalised to -3 dBFS.
-    subprocess.run(["sox", raw, "-r", "16000", "-c", "1", "-b", "16", path,
+    # 16 kHz mono 16-bit, leading/trailing silence trimmed, peak-normalised to -3 dBFS; -R seeds
+    # sox's dither, so the same text gives the same file.
+    subprocess.run(["sox", "-R", raw, "-r", "16000", "-c", "1", "-b", "16", path, *effects,
                     "silence", "1", "0.03", "0.1%", "reverse", "silence", "1", "0.03", "0.1%",
                     "reverse", "gain", "-n", "-3"], check=True)
 
 
+def write_corpus(out: str, voices: list, lines, prefix: str, tmp: str, minutes=None,
+                 per_voice=None, speaker_column=True) -> dict:
+    """Speaks `lines` into `out`: each to the voice with the least audio so far until --minutes,
+    or in turn until each voice has `per_voice`. Returns {voice: [utterances, seconds]}."""
+    os.makedirs(os.path.join(out, "wavs"), exist_ok=True)
+    got = {v: [0, 0.0] for v in voices}
+    rows = []
+    for text in lines:
+        voice = min(voices, key=lambda v: got[v][1] if minutes else got[v][0])
+        uid = f"{prefix}{len(rows) + 1:05d}"
+        path = os.path.join(out, "wavs", f"{uid}.wav")
+        name = f"{voice.voice}+{voice.variant}" if voice.variant else voice.voice
+        speak(voice.engine, name, text, path, tmp, voice.effects)
+        got[voice][0] += 1
+        got[voice][1] += sf.info(path).duration
+        rows.append(f"{uid}|{text}|{text}" + (f"|{voice.name}" if speaker_column else ""))
+        if (sum(g[1] for g in got.values()) >= minutes * 60 if minutes
+                else min(g[0] for g in got.values()) >= per_voice):
+            break
+    with open(os.path.join(out, "metadata.csv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(rows) + "\n")
+    seconds = sum(g[1] for g in got.values())
+    print(f"wrote {len(rows)} utterances, {seconds / 60:.1f} min, to {out}")
+    return got
+
+
+def many_voices(args, tmp: str) -> None:
+    held, train = split(inventory(), args.voices, args.held_out_sets, args.held_out, args.seed)
+    held_lines = texts(args.held_out_books, args.min_chars, args.max_chars)
+    sets = [(args.out, "train", train, texts(args.books, args.min_chars, args.max_chars),
+             dict(minutes=args.minutes))]
+    sets += [(f"{args.out}_unseen{k}", f"unseen{k}", voices, held_lines,
+              dict(per_voice=args.held_out_utterances)) for k, voices in enumerate(held, 1)]
+    table = []
+    for out, label, voices, lines, budget in sets:
+        got = write_corpus(out, voices, lines, args.prefix, tmp, **budget)
+        print(f"  {label}: " + ", ".join(v.name for v in voices))
+        table += [f"{v.name}\t{label}\t{v.engine}\t{v.voice}\t{v.variant or '-'}\t"
+                  f"{' '.join(v.effects) or '-'}\t{n}\t{s / 60:.2f}" for v, (n, s) in got.items()]
+    for out, *_ in sets:
+        with open(os.path.join(out, "voices.tsv"), "w", encoding="utf-8") as f:
+            f.write("speaker\tset\tengine\tvoice\tvariant\tsox_effects\tutterances\tminutes\n")
+            f.write("\n".join(table) + "\n")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--out", required=True)
     parser.add_argument("--engine", choices=["espeak", "flite"], default="espeak")
     parser.add_argument("--voice", default="en-us")
@@ -75,27 +213,29 @@ def main():
     parser.add_argument("--min-chars", type=int, default=25)
     parser.add_argument("--max-chars", type=int, default=90)
     parser.add_argument("--prefix", default="U")
+    many = parser.add_argument_group("many-voice mode (--engine and --voice are not used)")
+    many.add_argument("--many-voices", action="store_true",
+                      help="training corpus and held-out sets of many voices (below)")
+    many.add_argument("--voices", type=int, default=25, help="training voices")
+    many.add_argument("--held-out-sets", type=int, default=2)
+    many.add_argument("--held-out", type=int, default=6, help="voices per held-out set")
+    many.add_argument("--held-out-utterances", type=int, default=12, help="per held-out voice")
+    many.add_argument("--held-out-books", default="Esth,Dan",
+                      help="the held-out sets' texts; none of --books")
+    many.add_argument("--seed", type=int, default=0, help="seeds which voices are held out or shifted")
     args = parser.parse_args()
-    os.makedirs(os.path.join(args.out, "wavs"), exist_ok=True)
-    rows, seconds = [], 0.0
+    if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
+        parser.error("--held-out-books must not share a book with --books")
     with tempfile.TemporaryDirectory() as tmp:
-        for book in args.books.split(","):
-            for verse in verses(book):
-                for text in pieces(verse, args.min_chars, args.max_chars):
-                    uid = f"{args.prefix}{len(rows) + 1:05d}"
-                    path = os.path.join(args.out, "wavs", f"{uid}.wav")
-                    speak(args.engine, args.voice, text, path, tmp)
-                    seconds += sf.info(path).duration
-                    rows.append(f"{uid}|{text}|{text}")
-                    if seconds >= args.minutes * 60:
-                        break
-                if seconds >= args.minutes * 60:
-                    break
-            if seconds >= args.minutes * 60:
-                break
-    with open(os.path.join(args.out, "metadata.csv"), "w", encoding="utf-8") as f:
-        f.write("\n".join(rows) + "\n")
-    print(f"wrote {len(rows)} utterances, {seconds / 60:.1f} min, to {args.out}")
+        if args.many_voices:
+            try:
+                many_voices(args, tmp)
+            except ValueError as e:
+                parser.error(str(e))
+        else:
+            write_corpus(args.out, [Voice(args.engine, args.voice)], texts(
+                args.books, args.min_chars, args.max_chars), args.prefix, tmp,
+                minutes=args.minutes, speaker_column=False)
 
 
 if __name__ == "__main__":
