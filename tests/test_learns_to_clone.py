@@ -20,12 +20,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
-import yaml
 
 from myxtts.evaluate import guarded_main
 from myxtts.evaluation.speaker_judge import load_speaker_judge
 from tests.data_samples import sample_rows, write_metadata
-from tests.device_harness import REPO, run_cli
+from tests.device_harness import train_tiny_reader
 
 STEPS = 900
 VOICES = ("slt", "rms", "awb")  # flite: a woman, an American man, a Scottish man
@@ -71,23 +70,8 @@ class LearnsToCloneTest(unittest.TestCase):
             shutil.copy(os.path.join(cls.data, "wavs", f"{uid}.wav"),
                         os.path.join(cls.judged, "wavs"))
         write_metadata(cls.judged, judged)
-        with open(os.path.join(REPO, "configs", "tiny.yaml"), encoding="utf-8") as f:
-            config = yaml.safe_load(f)
-        # tiny.yaml widened a little, as in test_learns_to_read.
-        config["data"].update(val_fraction=0.0, batch_size=8, languages=["en"],
-                              ref_min_seconds=1.5, ref_max_seconds=3.0)
-        config["model"].update(d_model=64, prenet_dim=64, decoder_layers=2,
-                               reduction_factor=4, max_decoder_steps=120)
-        config["training"].update(validate_every_steps=STEPS, checkpoint_every_steps=STEPS,
-                                  learning_rate=3e-3, warmup_steps=30, lr_schedule="constant",
-                                  guided_attention_sigma=0.15, guided_attention_decay_steps=0)
-        cls.config = os.path.join(cls.tmp, "tiny.yaml")
-        with open(cls.config, "w", encoding="utf-8") as f:
-            yaml.safe_dump(config, f)
-        cls.run_dir = os.path.join(cls.tmp, "run")
-        done = run_cli(["--config", cls.config, "--train-data", cls.data, "--checkpoint-dir",
-                        cls.run_dir, "--max-steps", str(STEPS)], timeout=1200)
-        assert done.returncode == 0, done.stderr[-3000:]
+        cls.run_dir = train_tiny_reader(cls.tmp, cls.data, STEPS, languages=["en"],
+                                        ref_min_seconds=1.5, ref_max_seconds=3.0)
 
     @classmethod
     def tearDownClass(cls):

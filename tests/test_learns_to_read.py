@@ -16,11 +16,10 @@ import tempfile
 import unittest
 
 import pytest
-import yaml
 
 from myxtts.evaluate import guarded_main
 from tests.data_samples import copy_sample_rows, write_metadata
-from tests.device_harness import REPO, run_cli
+from tests.device_harness import train_tiny_reader
 
 STEPS = 400
 SENTENCES = 24
@@ -34,24 +33,7 @@ class LearnsToReadTest(unittest.TestCase):
         # 24 English sentences of the bundled sample (two espeak-ng voices).
         cls.data = os.path.join(cls.tmp, "data")
         write_metadata(cls.data, copy_sample_rows(cls.data, 24))
-        with open(os.path.join(REPO, "configs", "tiny.yaml"), encoding="utf-8") as f:
-            config = yaml.safe_load(f)
-        # tiny.yaml widened a little and set up as configs/quick.yaml is (about one decoder
-        # step per character, a constant diagonal prior): tiny itself does not read after a
-        # few hundred steps.
-        config["data"].update(val_fraction=0.0, batch_size=8)
-        config["model"].update(d_model=64, prenet_dim=64, decoder_layers=2,
-                               reduction_factor=4, max_decoder_steps=120)
-        config["training"].update(validate_every_steps=STEPS, checkpoint_every_steps=STEPS,
-                                  learning_rate=3e-3, warmup_steps=30, lr_schedule="constant",
-                                  guided_attention_sigma=0.15, guided_attention_decay_steps=0)
-        cls.config = os.path.join(cls.tmp, "tiny.yaml")
-        with open(cls.config, "w", encoding="utf-8") as f:
-            yaml.safe_dump(config, f)
-        cls.run_dir = os.path.join(cls.tmp, "run")
-        done = run_cli(["--config", cls.config, "--train-data", cls.data, "--checkpoint-dir",
-                        cls.run_dir, "--max-steps", str(STEPS)])
-        assert done.returncode == 0, done.stderr[-3000:]
+        cls.run_dir = train_tiny_reader(cls.tmp, cls.data, STEPS)
 
     @classmethod
     def tearDownClass(cls):
