@@ -14,6 +14,15 @@ a voice another model made:
     myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio a.wav b.flac --save-voice v.npz
     myxtts-synthesize --checkpoint-dir runs/tiny --voice v.npz --text "Hello." --output hello.wav
 
+Streaming (myxtts.inference.streaming): --stream writes each wav file as the decoder makes the
+audio, and --output - writes one WAV stream to standard output as chunks arrive (every
+utterance, a pause between them), so a player starts before synthesis ends:
+
+    myxtts-synthesize --checkpoint-dir runs/tiny --voice v.npz --text "Hello." --output - | aplay
+
+A text of several sentences is spoken sentence by sentence (each decoded on its own, with the
+same voice, a short pause between them).
+
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
 vocabulary, unreadable reference audio, a voice file that is not one or is another model's) are
 printed as one paragraph, without a traceback, and the exit status is 2. TensorFlow is imported
@@ -25,12 +34,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
 from typing import List, Optional, Sequence
 
 from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
                         load_synthesizer, require_path)
 from myxtts.inference.voices import Voice, VoiceFileError, VoiceMismatchError
+from myxtts.inference.wav_stream import WavStreamWriter
 
 logger = logging.getLogger("myxtts")
 
@@ -60,9 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output",
                    help="Needed with --text/--text-file: a .wav file for one utterance, or a "
                         "folder (created if needed) that gets 001.wav, 002.wav, ... one per "
-                        "line.")
+                        "line, or - for one WAV stream on standard output, written as the "
+                        "audio is made (messages then go to standard error).")
+    p.add_argument("--stream", action="store_true",
+                   help="Write each wav file while the decoder runs, chunk by chunk (the "
+                        "file is a valid WAV after every chunk); --output - always streams.")
     p.add_argument("--save-mel", action="store_true",
-                   help="Also save each log10 mel [frames, n_mels] as .npy next to its wav.")
+                   help="Also save each log10 mel [frames, n_mels] as .npy next to its wav "
+                        "(whole synthesis only: not with --stream or --output -).")
     return p
 
 
@@ -95,7 +111,9 @@ def read_texts(args: argparse.Namespace) -> List[str]:
 
 def output_paths(output: str, count: int) -> List[str]:
     """One .wav path per utterance: `output` itself when it names a .wav file, otherwise
-    numbered files inside the folder `output`."""
+    numbered files inside the folder `output`; "-" (standard output) for every utterance."""
+    if output == "-":
+        return [output] * count
     if output.lower().endswith(".wav"):
         if count > 1:
             raise UsageError(f"--output {output} is one wav file but there are {count} "
@@ -129,51 +147,99 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     texts = read_texts(args)
     paths = output_paths(args.output, len(texts)) if texts else []
+    streaming = args.stream or args.output == "-"
+    if args.save_mel and streaming:
+        raise UsageError("--save-mel needs whole synthesis: leave out --stream and pass a .wav "
+                         "file or a folder to --output.")
     check_model_args(args)
     voice = read_voice(args)
+    # Messages go to standard error when standard output carries the audio.
+    report = sys.stderr if args.output == "-" else sys.stdout
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     import numpy as np
     import soundfile as sf
 
     synth = load_synthesizer(args)
+    from myxtts.inference.synthesizer import warn_length_cap
     from myxtts.inference.text_front_end import UnknownLanguageError
     language = args.language or synth.config.data.default_language
     with flag_hint("Pass one of them to --language.", UnknownLanguageError):
         language_id = synth.language_id(language)
-    encoded = [synth.encode(text, language) for text in texts]  # all errors before any audio
+    # Every text's sentences, so every error comes before any audio.
+    sentences = [synth.sentences(text, language) for text in texts]
     if voice is None:
         voice = synth.voice(args.reference_audio)
     if args.save_voice:
         with flag_hint(f"(--save-voice {args.save_voice})", VoiceFileError):
             voice.save(args.save_voice)
         print(f"{args.save_voice}: the voice of {', '.join(voice.references)} "
-              f"({voice.latents.shape[0]} latents), made by {voice.checkpoint}")
+              f"({voice.latents.shape[0]} latents), made by {voice.checkpoint}", file=report)
     with flag_hint(f"(--voice {args.voice}, --checkpoint-dir {args.checkpoint_dir}: make it "
                    f"again with --reference-audio and --save-voice, or pass the "
                    f"--checkpoint-dir and --checkpoint that made it.)", VoiceMismatchError):
         latents = synth.latents_of(voice)
-    for ids, path in zip(encoded, paths):
+    if args.output == "-":
+        _stream_to_stdout(synth, sentences, language_id, latents)
+        return 0
+    for pieces, path in zip(sentences, paths):
         started = time.monotonic()
-        result = synth.synthesize_detailed(ids, language_id, latents)
-        waveform, mel = result.waveform, result.mel
-        seconds = time.monotonic() - started
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        sf.write(path, waveform, synth.sample_rate, subtype="PCM_16")
-        duration = len(waveform) / synth.sample_rate
-        print(f"{path}: {duration:.2f} s of audio ({mel.shape[0]} mel frames) in {seconds:.2f} s, "
-              f"real-time factor {seconds / max(duration, 1e-9):.2f}")
-        if not result.ended_by_stop:
-            logger.warning("%s: decoding stopped at its cap of %d mel frames (%.2f s) because "
-                           "the model predicted no end of speech; the audio is probably too "
-                           "long and ends in noise or repetition. A model trained longer "
-                           "predicts the end; the cap is --max-decoder-steps (now %d decoder "
-                           "steps) or model.max_frames_per_token per input token.", path,
-                           result.max_frames, duration, synth.max_decoder_steps)
+        if streaming:
+            first = _stream_to_file(synth, pieces, language_id, latents, path, started)
+            samples, frames = sf.info(path).frames, None
+        else:
+            results = [synth.synthesize_detailed(ids, language_id, latents) for ids in pieces]
+            waveform, mel = synth.join_sentences(results)
+            sf.write(path, waveform, synth.sample_rate, subtype="PCM_16")
+            samples, frames, first = len(waveform), mel.shape[0], None
+            for result in results:
+                if not result.ended_by_stop:
+                    warn_length_cap(path, result.max_frames, synth.sample_rate,
+                                    synth.config.data.hop_length, synth.max_decoder_steps)
+        seconds = time.monotonic() - started
+        duration = samples / synth.sample_rate
+        made = f" ({frames} mel frames)" if frames is not None else ""
+        streamed = f", first audio after {first:.2f} s" if first is not None else ""
+        print(f"{path}: {duration:.2f} s of audio{made} in {seconds:.2f} s, real-time factor "
+              f"{seconds / max(duration, 1e-9):.2f}{streamed}", file=report)
         if args.save_mel:
             mel_path = os.path.splitext(path)[0] + ".npy"
             np.save(mel_path, mel.astype(np.float32), allow_pickle=False)
-            print(f"{mel_path}: log10 mel {mel.shape[0]} x {mel.shape[1]}")
+            print(f"{mel_path}: log10 mel {mel.shape[0]} x {mel.shape[1]}", file=report)
     return 0
+
+
+def _stream_to_file(synth, sentences, language_id, latents, path, started) -> float:
+    """Writes the stream of `sentences` into the wav `path` chunk by chunk (flushed after each:
+    the file is a valid WAV throughout); returns the seconds to the first chunk."""
+    import soundfile as sf  # pylint: disable=import-outside-toplevel
+    first = None
+    with sf.SoundFile(path, "w", synth.sample_rate, 1, "PCM_16") as f:
+        for chunk in synth.stream_sentences(sentences, language_id, latents):
+            if first is None:
+                first = time.monotonic() - started
+            f.write(chunk)
+            f.flush()
+    return first
+
+
+def _stream_to_stdout(synth, sentences, language_id, latents) -> None:
+    """One WAV stream of every utterance on standard output, pauses between them."""
+    writer = WavStreamWriter(sys.stdout.buffer, synth.sample_rate)
+    started = time.monotonic()
+    first = None
+    for i, pieces in enumerate(sentences):
+        if i:
+            writer.write(synth.pause())
+        for chunk in synth.stream_sentences(pieces, language_id, latents):
+            if first is None:
+                first = time.monotonic() - started
+            writer.write(chunk)
+    duration = writer.samples / synth.sample_rate
+    seconds = time.monotonic() - started
+    print(f"-: {duration:.2f} s of audio streamed in {seconds:.2f} s, real-time factor "
+          f"{seconds / max(duration, 1e-9):.2f}, first audio after {first:.2f} s",
+          file=sys.stderr)
 
 
 guarded_main, run = entry_point(main)

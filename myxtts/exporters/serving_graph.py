@@ -15,6 +15,20 @@ Every signature is batched (leading dimension B) and named by its inputs (docs/s
   vocode              mel [B, T, n_mels] float32 log10, mel_lengths [B] int32
                                              → waveform, waveform_lengths   (with a vocoder only)
 
+The streamed decode (myxtts.inference.streaming drives it; exported_model.ExportedModel is that
+driver over these signatures), with the decode state as explicit tensors
+(XTTSModel.DecodeState.to_tensors: step, frames, caches_<block>_<k>, ...):
+
+  decode_start        tokens, token_lengths, language_ids, speaker_latents        → the state
+  decode_steps        the state + steps [] int32 (up to that many more decoder steps) → the state
+  postnet_window      mel_before [B, T, n_mels] (decoded frames, all valid)       → mel
+  vocode_window       mel [B, T, n_mels], first_frame [] int32 (where the window starts in its
+                      utterance; Griffin-Lim's starting phases depend on it)       → waveform
+  streaming_info      (no inputs) → postnet_context, vocoder_context (receptive fields in mel
+                      frames), reduction_factor, hop_length, sample_rate, n_mels,
+                      max_decoder_steps, token_padding, max_text_positions,
+                      max_frames_per_token_x1000 (int32 scalars)
+
 Text is cleaned and tokenized inside the graph (myxtts.inference.text_graph documents which
 cleaner steps are in the graph); phoneme models export only the token-id and speaker signatures
 (serving_default is then synthesize_tokens). The decode is the model's `decode` (start_decode +
@@ -35,6 +49,8 @@ from myxtts.data.audio import LogMel
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint
 from myxtts.inference.text_graph import InGraphTokenizer
 from myxtts.inference.vocoding import GriffinLimVocoder, trim_to_longest
+from myxtts.inference.synthesizer import TOKEN_PADDING
+from myxtts.models.xtts import DecodeState
 
 
 class ServingModule(tf.Module):
@@ -52,6 +68,7 @@ class ServingModule(tf.Module):
         # The generator's weights become the SavedModel's (a tracked attribute).
         self.generator = getattr(vocoder, "generator", None)
         self.featurizer = LogMel.from_config(config.data)
+        self.data_config, self.model_config = config.data, config.model
         self.text_front_end = (None if loaded.tokenizer.use_phonemes else InGraphTokenizer(
             loaded.tokenizer, config.data.languages, config.model.max_text_positions))
         self.assets = {name: tf.saved_model.Asset(path) for name, path in assets.items()}
@@ -70,7 +87,27 @@ class ServingModule(tf.Module):
             "audio_lengths": tf.TensorSpec([None], tf.int32, "audio_lengths"),
             "mel": tf.TensorSpec([None, None, n], tf.float32, "mel"),
             "mel_lengths": tf.TensorSpec([None], tf.int32, "mel_lengths"),
+            "mel_before": tf.TensorSpec([None, None, n], tf.float32, "mel_before"),
+            "first_frame": tf.TensorSpec([], tf.int32, "first_frame"),
+            "steps": tf.TensorSpec([], tf.int32, "steps"),
         }
+        self._state_specs = self._decode_state_specs()
+
+    def _decode_state_specs(self) -> Dict[str, tf.TensorSpec]:
+        """Specs of DecodeState.to_tensors for any batch and text length: the dimensions that
+        differ between two small decodes are left open."""
+        m = self.model_config
+        shapes = []
+        for batch, tokens in ((1, 1), (2, 3)):
+            state = self.model.start_decode(
+                tf.ones([batch, tokens], tf.int32), tf.fill([batch], tokens),
+                tf.zeros([batch], tf.int32),
+                tf.zeros([batch, m.num_speaker_latents, m.d_model]), self.max_decoder_steps)
+            shapes.append(state.to_tensors())
+        return {name: tf.TensorSpec([a if a == b else None for a, b in
+                                     zip(value.shape, shapes[1][name].shape)],
+                                    value.dtype, name)
+                for name, value in shapes[0].items()}
 
     # ---- graph bodies ------------------------------------------------------------------------
     def _synthesize(self, tokens, token_lengths, language_ids, speaker_latents):
@@ -112,12 +149,43 @@ class ServingModule(tf.Module):
         waveform, waveform_lengths = self.vocoder(mel, mel_lengths)
         return {"waveform": waveform, "waveform_lengths": waveform_lengths}
 
+    # ---- the streamed decode -------------------------------------------------------------------
+    def decode_start(self, tokens, token_lengths, language_ids, speaker_latents):
+        return self.model.start_decode(tokens, token_lengths, language_ids, speaker_latents,
+                                       self.max_decoder_steps).to_tensors()
+
+    def decode_steps(self, state, steps):
+        return self.model.decode_steps(DecodeState.from_tensors(state), steps,
+                                       self.stop_threshold).to_tensors()
+
+    def postnet_window(self, mel_before):
+        return {"mel": self.model.postnet(mel_before, tf.ones(tf.shape(mel_before)[:2], tf.bool))}
+
+    def vocode_window(self, mel, first_frame):
+        return {"waveform": tf.map_fn(lambda item: self.vocoder.window(item, first_frame), mel,
+                                      fn_output_signature=tf.float32)}
+
+    def streaming_info(self):
+        d, m = self.data_config, self.model_config
+        values = {"postnet_context": self.model.postnet.receptive_field,
+                  "vocoder_context": self.vocoder.receptive_field,
+                  "reduction_factor": m.reduction_factor, "hop_length": d.hop_length,
+                  "sample_rate": d.sample_rate, "n_mels": d.n_mels,
+                  "max_decoder_steps": self.max_decoder_steps, "token_padding": TOKEN_PADDING,
+                  "max_text_positions": m.max_text_positions,
+                  "max_frames_per_token_x1000": round(m.max_frames_per_token * 1000)}
+        return {name: tf.constant(value, tf.int32) for name, value in values.items()}
+
     # ---- signatures --------------------------------------------------------------------------
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
         inputs = {
             "synthesize_tokens": ("tokens", "token_lengths", "language_ids", "speaker_latents"),
             "speaker_latents": ("reference_mel", "reference_lengths"),
             "reference_mel": ("audio", "audio_lengths"),
+            "decode_start": ("tokens", "token_lengths", "language_ids", "speaker_latents"),
+            "postnet_window": ("mel_before",),
+            "vocode_window": ("mel", "first_frame"),
+            "streaming_info": (),
         }
         if self.has_vocoder_model:
             inputs["vocode"] = ("mel", "mel_lengths")
@@ -132,6 +200,9 @@ class ServingModule(tf.Module):
             function = tf.function(getattr(self, name),
                                    input_signature=[self._specs[k] for k in names])
             signatures[name] = function.get_concrete_function()
+        signatures["decode_steps"] = tf.function(
+            self.decode_steps, input_signature=[dict(self._state_specs), self._specs["steps"]]
+        ).get_concrete_function()
         if self.text_front_end is None:
             signatures["serving_default"] = signatures["synthesize_tokens"]
         return signatures

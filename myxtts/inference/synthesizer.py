@@ -6,8 +6,14 @@
     voice = synth.voice(["a.wav", "b.flac"]); voice.save("v.npz")    # voices.Voice, a file
     latents = synth.latents_of(Voice.load("v.npz"))                  # refuses another model's
     wav, mel = synth.synthesize("Hello there.", "en", latents)       # float32 [S], [T, n_mels]
+    for chunk in synth.stream("Hello there. How are you?", "en", latents):   # float32 [s]
+        play(chunk)                                  # as the decoder runs (inference.streaming)
     result = synth.synthesize_detailed(synth.encode("Hello.", "en"), synth.language_id("en"),
                                        latents)  # + .alignment, .ended_by_stop (Synthesis)
+
+A text of several sentences is cut into sentences (TextFrontEnd.sentences), each decoded
+on its own with the same voice and joined with streaming.SENTENCE_PAUSE_SECONDS of silence, in
+`synthesize` and in `stream` alike.
 
 Decoding is the model's XLA-compiled autoregressive loop (XTTSModel.generate(jit_compile=True));
 token sequences are padded to a multiple of TOKEN_PADDING so texts of similar length share one
@@ -22,7 +28,7 @@ import dataclasses
 import functools
 import logging
 import os
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import soundfile as sf
@@ -32,6 +38,7 @@ from myxtts.data import audio as audio_lib
 
 from myxtts.data import audio_io
 from myxtts.errors import MyXTTSError
+from myxtts.inference import streaming
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
@@ -149,11 +156,79 @@ class Synthesizer:
         """Token ids of `text` (text_front_end.TextFrontEnd.encode)."""
         return self.front_end.encode(text, language)
 
+    def sentences(self, text: str, language: str) -> List[List[int]]:
+        """Token ids of each sentence of `text` (text_front_end.TextFrontEnd.sentences)."""
+        return self.front_end.sentences(text, language)
+
     # ---- synthesis -------------------------------------------------------------------------
     def synthesize(self, text: str, language: str, latents) -> Tuple[np.ndarray, np.ndarray]:
-        """(waveform float32 [S] at data.sample_rate, log10 mel float32 [T, n_mels])."""
-        return self.synthesize_tokens(self.encode(text, language), self.language_id(language),
-                                      latents)
+        """(waveform float32 [S] at data.sample_rate, log10 mel float32 [T, n_mels]) of every
+        sentence of `text`, joined with pauses (`join_sentences`)."""
+        language_id = self.language_id(language)
+        return self.join_sentences([self.synthesize_detailed(ids, language_id, latents)
+                                    for ids in self.sentences(text, language)])
+
+    def join_sentences(self, results: Sequence[Synthesis]) -> Tuple[np.ndarray, np.ndarray]:
+        """(waveform, mel) of several sentences' syntheses, a pause of silence
+        (mel frames at log10(mel_floor)) between them."""
+        pause = self.pause()
+        hop = self.config.data.hop_length
+        pause_mel = np.full([len(pause) // hop, self.config.data.n_mels],
+                            np.log10(self.config.data.mel_floor), np.float32)
+        waveforms, mels = [], []
+        for i, result in enumerate(results):
+            if i:
+                waveforms.append(pause)
+                mels.append(pause_mel)
+            waveforms.append(result.waveform)
+            mels.append(result.mel)
+        return np.concatenate(waveforms), np.concatenate(mels)
+
+    def pause(self) -> np.ndarray:
+        """The silence between two sentences, float32 samples (streaming.pause)."""
+        return streaming.pause(self.sample_rate)
+
+    def stream(self, text: str, language: str, latents, *,
+               first_chunk_steps: Optional[int] = None,
+               chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
+        """Float32 waveform chunks of every sentence of `text` as the decoder produces its
+        frames (myxtts.inference.streaming), pauses between sentences; joined, they equal
+        `synthesize` (up to float rounding with a neural vocoder). The first chunk of each
+        sentence is `first_chunk_steps` decoder steps (default: just enough for the first
+        frames of audio), the rest `chunk_steps` each."""
+        yield from self.stream_sentences(self.sentences(text, language),
+                                         self.language_id(language), latents,
+                                         first_chunk_steps=first_chunk_steps,
+                                         chunk_steps=chunk_steps)
+
+    def stream_sentences(self, sentences: Sequence[List[int]], language_id: int, latents, *,
+                         first_chunk_steps: Optional[int] = None,
+                         chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
+        """`stream` of token sequences (`sentences`), pauses between them."""
+        for i, ids in enumerate(sentences):
+            if i:
+                yield self.pause()
+            yield from self.stream_tokens(ids, language_id, latents,
+                                          first_chunk_steps=first_chunk_steps,
+                                          chunk_steps=chunk_steps)
+
+    def stream_tokens(self, ids: List[int], language_id: int, latents, *,
+                      first_chunk_steps: Optional[int] = None,
+                      chunk_steps: int = streaming.CHUNK_STEPS,
+                      end: Optional[streaming.StreamEnd] = None) -> Iterator[np.ndarray]:
+        """`stream` of one token sequence; `end` receives how it ended."""
+        end = end or streaming.StreamEnd()
+        yield from streaming.stream_decode(
+            self._stream_decoder, self.vocoder, self.config.data.hop_length, ids, language_id,
+            latents, first_chunk_steps=first_chunk_steps, chunk_steps=chunk_steps, end=end)
+        if not end.ended_by_stop:
+            warn_length_cap("a streamed sentence", self.max_frames(len(ids)),
+                            self.sample_rate, self.config.data.hop_length,
+                            self.max_decoder_steps)
+
+    @functools.cached_property
+    def _stream_decoder(self) -> streaming.ModelDecoder:
+        return streaming.ModelDecoder(self.model, self.max_decoder_steps, TOKEN_PADDING)
 
     def synthesize_tokens(self, ids: List[int], language_id: int,
                           latents) -> Tuple[np.ndarray, np.ndarray]:
@@ -184,6 +259,17 @@ class Synthesizer:
 
     def max_frames(self, num_tokens: int) -> int:
         return self.front_end.max_frames(num_tokens)
+
+
+def warn_length_cap(what: str, max_frames: int, sample_rate: int, hop_length: int,
+                    max_decoder_steps: int) -> None:
+    """Logs that the length cap, not the stop head, ended the decode of `what`."""
+    logger.warning("%s: decoding stopped at its cap of %d mel frames (%.2f s) because the model "
+                   "predicted no end of speech; the audio is probably too long and ends in "
+                   "noise or repetition. A model trained longer predicts the end; the cap is "
+                   "--max-decoder-steps (now %d decoder steps) or model.max_frames_per_token "
+                   "per input token.", what, max_frames, max_frames * hop_length / sample_rate,
+                   max_decoder_steps)
 
 
 def _paths(reference_audio: Union[str, Sequence[str]]) -> List[str]:

@@ -13,6 +13,7 @@ import numpy as np
 from myxtts.config import ModelConfig
 from myxtts.data import text as text_lib
 from myxtts.errors import MyXTTSError
+from myxtts.inference.sentences import split_sentences
 
 
 class UnknownLanguageError(MyXTTSError, ValueError):
@@ -21,6 +22,16 @@ class UnknownLanguageError(MyXTTSError, ValueError):
 
 class UnknownCharactersError(MyXTTSError, ValueError):
     """Text characters (after cleaning) that are not in the saved vocabulary."""
+
+
+def sentence_token_budget(max_text_positions: int, max_decoder_steps: int,
+                          reduction_factor: int, max_frames_per_token: float) -> int:
+    """The most tokens one decoded piece of a text gets: the model's max_text_positions, and no
+    more than the length cap (max_decoder_steps * r frames) holds at half the
+    max_frames_per_token frames per token (speech runs at 40-50% of that cap), so a piece ends
+    by its stop head, not by the cap."""
+    by_cap = int(max_decoder_steps * reduction_factor / (max_frames_per_token / 2))
+    return max(1, min(max_text_positions, by_cap))
 
 
 class TextFrontEnd:
@@ -41,6 +52,30 @@ class TextFrontEnd:
                 f"Unknown language {language!r}: this model was trained with "
                 f"{', '.join(self.languages)} (data.languages in its config.yaml).")
         return index
+
+    @property
+    def max_sentence_tokens(self) -> int:
+        """The most tokens `sentences` puts in one piece (sentence_token_budget)."""
+        m = self.model_config
+        return sentence_token_budget(m.max_text_positions, self.max_decoder_steps,
+                                     m.reduction_factor, m.max_frames_per_token)
+
+    def sentences(self, text: str, language: str) -> List[List[int]]:
+        """Token ids of each sentence of `text` (myxtts.inference.sentences), a sentence
+        longer than max_sentence_tokens cut at clauses or words; all errors are raised before
+        any is returned."""
+        self.language_id(language)
+        pieces = split_sentences(text, language, self.max_sentence_tokens,
+                                 length=lambda piece: self._token_count(piece, language))
+        if not pieces:
+            raise UnknownCharactersError(f"The text {text!r} is empty.")
+        return [self.encode(piece, language) for piece in pieces]
+
+    def _token_count(self, text: str, language: str) -> int:
+        cleaned = text_lib.clean_text(text, self.tokenizer.cleaner, language)
+        if self._phonemizer is not None:
+            cleaned = self._phonemizer([cleaned], language)[0]
+        return len(cleaned)
 
     def encode(self, text: str, language: str) -> List[int]:
         """Token ids of `text`, cleaned (and phonemized) as in training; raises

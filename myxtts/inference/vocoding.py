@@ -9,6 +9,7 @@ the exporter which one ran.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -25,6 +26,11 @@ from myxtts.run_directory import CONFIG_FILE, find_checkpoint
 logger = logging.getLogger("myxtts.inference")
 
 GRIFFIN_LIM_ITERATIONS = 32
+# Mel frames of context on each side of a streamed Griffin-Lim window. Griffin-Lim has no finite
+# receptive field (each iteration spreads phase over the frames a window overlaps, n_fft / hop
+# of them); 16 frames (0.26 s at 16 kHz, hop 256) is where the streamed audio's mel stops
+# changing much with more (docs/streaming.md has the measurement).
+GRIFFIN_LIM_CONTEXT = 16
 
 
 def trim_to_longest(mel: tf.Tensor, mel_lengths: tf.Tensor) -> tf.Tensor:
@@ -66,6 +72,16 @@ class GriffinLimVocoder:
                 f"without --vocoder-dir; expect intelligible but phasey audio (train a HiFi-GAN "
                 f"vocoder with train_main.py --stage vocoder, docs/vocoder.md).")
 
+    @property
+    def receptive_field(self) -> int:
+        """Mel frames of context a streamed window gets on each side (GRIFFIN_LIM_CONTEXT)."""
+        return GRIFFIN_LIM_CONTEXT
+
+    def window(self, mel, first_frame=0) -> tf.Tensor:
+        """The waveform [(T - 1) * hop + win] of mel frames [T, n_mels] that start at frame
+        `first_frame` of an utterance (their starting phases are the utterance's)."""
+        return self.griffin_lim(mel, first_frame)
+
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
         waveform = tf.map_fn(self.griffin_lim, floored, fn_output_signature=tf.float32)
@@ -102,6 +118,22 @@ class NeuralVocoder:
     def describe(self) -> str:
         return (f"Vocoder: {self.generator.vocoder_name} {self.checkpoint_path} "
                 f"({self.generator.describe()}, {self.generator.count_params():,} parameters).")
+
+    @property
+    def receptive_field(self) -> int:
+        """Mel frames of context on each side an output sample depends on (the generator's)."""
+        return self.generator.receptive_field
+
+    def window(self, mel, first_frame=0) -> tf.Tensor:  # pylint: disable=unused-argument
+        """The waveform [T * hop] of mel frames [T, n_mels] (any part of an utterance: the
+        generator does not depend on where they start)."""
+        return self._window(tf.convert_to_tensor(mel, tf.float32))
+
+    @functools.cached_property
+    def _window(self):
+        def run(mel):
+            return tf.clip_by_value(self.generator(mel[None], training=False), -1.0, 1.0)[0]
+        return tf.function(run, reduce_retracing=True)
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)

@@ -83,6 +83,54 @@ class DecodeState(NamedTuple):
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
     limit: tf.Tensor  # int32 [B]: the item's length cap in steps
 
+    def to_tensors(self) -> Dict[str, tf.Tensor]:
+        """The state as flat named tensors (SavedModel signature inputs and outputs): the
+        fields by name, the per-block tuples as `caches_<block>_<k>` and
+        `memory_<block>_<latents 0|text 1>_<keys 0|values 1>`."""
+        flat = {}
+        for name, value in self._asdict().items():
+            if isinstance(value, tuple):
+                for path, tensor in _flatten_with_paths(value):
+                    flat[f"{name}_{path}"] = tensor
+            else:
+                flat[name] = value
+        return flat
+
+    @classmethod
+    def from_tensors(cls, flat: Dict[str, tf.Tensor]) -> "DecodeState":
+        """The inverse of `to_tensors`."""
+        fields = {}
+        for name in cls._fields:
+            if name in flat:
+                fields[name] = flat[name]
+            else:
+                fields[name] = _unflatten_paths({key[len(name) + 1:]: value
+                                                 for key, value in flat.items()
+                                                 if key.startswith(name + "_")})
+        return cls(**fields)
+
+
+def _flatten_with_paths(value, prefix: str = ""):
+    """[("0_1", tensor), ...] of nested tuples of tensors."""
+    if not isinstance(value, tuple):
+        return [(prefix, value)]
+    return [item for i, element in enumerate(value)
+            for item in _flatten_with_paths(element, f"{prefix}_{i}" if prefix else str(i))]
+
+
+def _unflatten_paths(flat: Dict[str, tf.Tensor]) -> tuple:
+    """Nested tuples from {"0_1": tensor, ...} (`_flatten_with_paths`'s inverse)."""
+    groups: Dict[int, Dict[str, tf.Tensor]] = {}
+    leaves: Dict[int, tf.Tensor] = {}
+    for path, tensor in flat.items():
+        head, _, rest = path.partition("_")
+        if rest:
+            groups.setdefault(int(head), {})[rest] = tensor
+        else:
+            leaves[int(head)] = tensor
+    return tuple(leaves[i] if i in leaves else _unflatten_paths(groups[i])
+                 for i in range(len(leaves) + len(groups)))
+
 
 def _open(value: tf.Tensor, axis: int = 0) -> tf.TensorShape:
     """The shape of `value` with dimension `axis` (the batch) left unknown."""

@@ -1,0 +1,183 @@
+"""Streaming synthesis: waveform chunks while the decoder is still running.
+
+One driver, `stream_decode`, runs the model's decode a few steps at a time through a decoder
+(`ModelDecoder`: a checkpoint's XTTSModel; `myxtts.inference.exported_model.ExportedDecoder`:
+the streaming signatures of an exported SavedModel) and passes each chunk's new frames through
+two windowed stages, the postnet and the vocoder:
+
+    decoder steps ──frames──▶ postnet window ──mel──▶ vocoder window ──samples──▶ yield
+
+A stage's output for frame i depends on its input frames [i - c, i + c] (c = the stage's
+receptive field: `model.postnet.receptive_field`, the vocoder's `receptive_field`), so a stage
+emits the outputs of the frames that have c frames of right context, running on a window that
+starts c frames before the first of them; the window's edges fall where the outputs are not
+used. With the postnet and a neural vocoder the joined chunks therefore equal whole-utterance
+synthesis up to float rounding; vocoder windows are still joined with a short linear crossfade
+(CROSSFADE_SAMPLES) over samples both windows computed, which hides what a too-small context
+would leave (Griffin-Lim, whose phases depend on all the frames a window holds). The last
+chunk comes when the stop head or the length cap ends the item: its window runs to the end.
+
+The first chunk is small (`first_chunk_steps`, by default just enough frames for the two
+stages' context plus FIRST_AUDIO_FRAMES of audio) to get audio out early; later chunks are
+`chunk_steps` decoder steps each, for throughput.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Iterator, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+CROSSFADE_SAMPLES = 256  # 16 ms at 16 kHz
+SENTENCE_PAUSE_SECONDS = 0.25  # silence between the sentences of one text
+CHUNK_STEPS = 24  # decoder steps per chunk after the first
+FIRST_AUDIO_FRAMES = 8  # mel frames of audio the default first chunk yields
+
+
+class WindowedStage:
+    """A stage `function(inputs [T, ...], first_frame) -> outputs [T * per_frame (+ a tail)]`
+    whose output for input frame i depends on inputs [i - context, i + context] only, run over
+    a growing input one window at a time (`push`). Frame i's outputs are elements
+    [i * per_frame, (i + 1) * per_frame) of the whole input's outputs, and of a window's
+    outputs counted from its first frame; after the last frame a stage may give a few more
+    (Griffin-Lim's last window). Consecutive windows' outputs are joined with a linear
+    crossfade of `crossfade` elements."""
+
+    def __init__(self, function, context: int, per_frame: int = 1, crossfade: int = 0):
+        self.function = function
+        self.context = int(context)
+        self.per_frame = int(per_frame)
+        self.crossfade = min(int(crossfade), self.context * self.per_frame)
+        self.buffer: Optional[np.ndarray] = None  # input frames [base, base + len(buffer))
+        self.base = 0
+        self.emitted = 0  # input frames whose outputs were given
+        self.tail: Optional[np.ndarray] = None  # the last window's outputs past `emitted`
+
+    def push(self, frames: Optional[np.ndarray], final: bool) -> Optional[np.ndarray]:
+        """Adds input frames (None: none); returns the outputs that are now final (all the
+        rest once `final`: no more input follows), None while there are none."""
+        if frames is not None:
+            frames = np.asarray(frames)
+            self.buffer = frames if self.buffer is None else \
+                np.concatenate([self.buffer, frames])
+        if self.buffer is None:
+            return None
+        total = self.base + len(self.buffer)
+        ready = total if final else total - self.context
+        if ready <= self.emitted and not final:
+            return None
+        start = max(0, self.emitted - self.context)
+        stop = total if final else min(total, ready + self.context)
+        out = np.asarray(self.function(self.buffer[start - self.base: stop - self.base], start))
+        low = (self.emitted - start) * self.per_frame
+        high = len(out) if final else (ready - start) * self.per_frame
+        chunk = out[low:high].copy()
+        if self.tail is not None:
+            n = min(len(self.tail), len(chunk))
+            fade = (np.arange(1, n + 1, dtype=np.float32) / (n + 1)).reshape(
+                (n,) + (1,) * (chunk.ndim - 1))
+            chunk[:n] = self.tail[:n] * (1.0 - fade) + chunk[:n] * fade
+        self.tail = None if final or not self.crossfade else out[high: high + self.crossfade]
+        self.emitted = ready
+        keep = max(0, ready - self.context) - self.base  # frames no later window reads
+        self.buffer, self.base = self.buffer[keep:], self.base + keep
+        return chunk
+
+
+class ModelDecoder:
+    """The decode of a checkpoint's XTTSModel for `stream_decode`: start_decode and
+    decode_steps as (XLA-)compiled functions, the state kept as tensors between calls."""
+
+    def __init__(self, model, max_steps: int, token_padding: int, jit_compile: bool = True):
+        self.model = model
+        self.reduction_factor = model.reduction_factor
+        self.n_mels = model.n_mels
+        self.postnet_context = model.postnet.receptive_field
+        self.token_padding = token_padding
+        self._start = tf.function(functools.partial(model.start_decode, max_steps=max_steps),
+                                  jit_compile=jit_compile, reduce_retracing=True)
+        self._steps = tf.function(model.decode_steps, jit_compile=jit_compile,
+                                  reduce_retracing=True)
+        self._postnet = tf.function(self._postnet_window, reduce_retracing=True)
+
+    def start(self, ids, language_id: int, latents):
+        padded = -(-len(ids) // self.token_padding) * self.token_padding
+        tokens = np.zeros([1, padded], np.int32)
+        tokens[0, : len(ids)] = ids
+        return self._start(tf.constant(tokens), tf.constant([len(ids)], tf.int32),
+                           tf.constant([language_id], tf.int32),
+                           tf.convert_to_tensor(latents, tf.float32))
+
+    def steps(self, state, steps: int):
+        return self._steps(state, tf.constant(steps, tf.int32))
+
+    def progress(self, state) -> Tuple[bool, int, bool]:
+        """(ended, its frames so far (its length once ended), ended by the stop head)."""
+        done = bool(state.done[0])
+        frames = int(state.lengths[0]) if done else int(state.step) * self.reduction_factor
+        return done, frames, bool(state.by_stop[0])
+
+    def frames(self, state, first: int, last: int) -> np.ndarray:
+        """Decoded frames [first, last) before the postnet, [last - first, n_mels]."""
+        return tf.reshape(state.frames[:, 0], [-1, self.n_mels])[first:last].numpy()
+
+    def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        del first_frame  # the postnet does not depend on where a window starts
+        return self._postnet(tf.constant(mel_before, tf.float32)).numpy()
+
+    def _postnet_window(self, mel_before):
+        """The postnet over decoded frames [T, n_mels], every one valid."""
+        mask = tf.ones([1, tf.shape(mel_before)[0]], tf.bool)
+        return self.model.postnet(mel_before[None], mask)[0]
+
+
+def pause(sample_rate: int) -> np.ndarray:
+    """The silence between two sentences of a text, float32 samples."""
+    return np.zeros(int(round(SENTENCE_PAUSE_SECONDS * sample_rate)), np.float32)
+
+
+def default_first_chunk_steps(decoder, vocoder_context: int) -> int:
+    """Decoder steps of a first chunk that yields FIRST_AUDIO_FRAMES frames of audio."""
+    frames = decoder.postnet_context + vocoder_context + FIRST_AUDIO_FRAMES
+    return math.ceil(frames / decoder.reduction_factor)
+
+
+class StreamEnd:
+    """How a streamed item ended, filled in when its last chunk has been yielded."""
+
+    def __init__(self):
+        self.frames = 0
+        self.ended_by_stop = False
+
+
+def stream_decode(decoder, vocoder, hop_length: int, ids, language_id: int, latents, *,
+                  first_chunk_steps: Optional[int] = None, chunk_steps: int = CHUNK_STEPS,
+                  crossfade: int = CROSSFADE_SAMPLES,
+                  end: Optional[StreamEnd] = None) -> Iterator[np.ndarray]:
+    """Float32 waveform chunks of one token sequence, as the decoder produces its frames.
+    `vocoder` has `window(mel [T, n_mels], first_frame) -> waveform` and `receptive_field`;
+    `end` (optional) receives the item's length and how it ended."""
+    if chunk_steps < 1 or (first_chunk_steps is not None and first_chunk_steps < 1):
+        raise ValueError(f"chunk sizes must be at least one decoder step (got first "
+                         f"{first_chunk_steps}, then {chunk_steps})")
+    postnet = WindowedStage(decoder.postnet, decoder.postnet_context)
+    vocode = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length, crossfade)
+    state = decoder.start(ids, language_id, latents)
+    steps = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field)
+    taken = 0
+    while True:
+        state = decoder.steps(state, steps)
+        done, frames, by_stop = decoder.progress(state)
+        mel = postnet.push(decoder.frames(state, taken, frames), done)
+        taken = frames
+        waveform = vocode.push(mel, done)
+        if waveform is not None and waveform.size:
+            yield waveform.astype(np.float32)
+        if done:
+            if end is not None:
+                end.frames, end.ended_by_stop = frames, by_stop
+            return
+        steps = chunk_steps
