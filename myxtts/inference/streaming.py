@@ -44,13 +44,15 @@ class WindowedStage:
     [i * per_frame, (i + 1) * per_frame) of the whole input's outputs, and of a window's
     outputs counted from its first frame; after the last frame a stage may give a few more
     (Griffin-Lim's last window). Consecutive windows' outputs are joined with a linear
-    crossfade of `crossfade` elements."""
+    crossfade of `crossfade` elements, which both windows computed with full context (so for
+    an exact stage the crossfade changes nothing)."""
 
     def __init__(self, function, context: int, per_frame: int = 1, crossfade: int = 0):
         self.function = function
         self.context = int(context)
         self.per_frame = int(per_frame)
-        self.crossfade = min(int(crossfade), self.context * self.per_frame)
+        self.crossfade = int(crossfade)
+        self.tail_frames = -(-self.crossfade // self.per_frame)
         self.buffer: Optional[np.ndarray] = None  # input frames [base, base + len(buffer))
         self.base = 0
         self.emitted = 0  # input frames whose outputs were given
@@ -66,11 +68,13 @@ class WindowedStage:
         if self.buffer is None:
             return None
         total = self.base + len(self.buffer)
-        ready = total if final else total - self.context
+        # Outputs are given up to where the crossfade tail after them still has its full
+        # right context: for an exact stage the crossfade then blends equal samples.
+        ready = total if final else total - self.context - self.tail_frames
         if ready <= self.emitted and not final:
             return None
         start = max(0, self.emitted - self.context)
-        stop = total if final else min(total, ready + self.context)
+        stop = total if final else ready + self.tail_frames + self.context
         out = np.asarray(self.function(self.buffer[start - self.base: stop - self.base], start))
         low = (self.emitted - start) * self.per_frame
         high = len(out) if final else (ready - start) * self.per_frame
@@ -139,9 +143,10 @@ def pause(sample_rate: int) -> np.ndarray:
     return np.zeros(int(round(SENTENCE_PAUSE_SECONDS * sample_rate)), np.float32)
 
 
-def default_first_chunk_steps(decoder, vocoder_context: int) -> int:
+def default_first_chunk_steps(decoder, vocoder_context: int, hop_length: int) -> int:
     """Decoder steps of a first chunk that yields FIRST_AUDIO_FRAMES frames of audio."""
-    frames = decoder.postnet_context + vocoder_context + FIRST_AUDIO_FRAMES
+    frames = (decoder.postnet_context + vocoder_context + -(-CROSSFADE_SAMPLES // hop_length)
+              + FIRST_AUDIO_FRAMES)
     return math.ceil(frames / decoder.reduction_factor)
 
 
@@ -166,7 +171,8 @@ def stream_decode(decoder, vocoder, hop_length: int, ids, language_id: int, late
     postnet = WindowedStage(decoder.postnet, decoder.postnet_context)
     vocode = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length, crossfade)
     state = decoder.start(ids, language_id, latents)
-    steps = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field)
+    steps = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field,
+                                                             hop_length)
     taken = 0
     while True:
         state = decoder.steps(state, steps)
