@@ -1,6 +1,7 @@
 """SavedModel export: in-graph tokenizer, signatures, fresh-process round trip against the
-synthesizer (Griffin-Lim, and HiFi-GAN with a `vocode` signature), TF Serving requests,
-versioning and models.config."""
+synthesizer (Griffin-Lim, and HiFi-GAN with a `vocode` signature), TF Serving requests, the
+streaming signatures streaming in a fresh process like the checkpoint, versioning and
+models.config."""
 
 import json
 import os
@@ -24,9 +25,9 @@ from myxtts.exporters.tf_serving import export_tf_serving
 from myxtts.inference.synthesizer import Synthesizer
 from myxtts.inference.text_graph import InGraphTokenizer
 from myxtts.inference.vocoding import load_vocoder
-from myxtts.models.xtts import XTTSModel
+from myxtts.models.xtts import DecodeState, XTTSModel
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
-                                     make_checkpoint, shared_vocoder_checkpoint,
+                                     REPO, make_checkpoint, shared_vocoder_checkpoint,
                                      tiny_inference_config)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +39,13 @@ SIGNATURES = {
     "speaker_latents": ["reference_mel", "reference_lengths"],
     "tokenize": ["text", "language"],
     "reference_mel": ["audio", "audio_lengths"],
+    "decode_start": ["tokens", "token_lengths", "language_ids", "speaker_latents"],
+    "decode_steps": ["steps", "step", "frames", "done", "caches_0_0", "memory_0_1_0"],
+    "postnet_window": ["mel_before"],
+    "vocode_window": ["mel", "first_frame"],
+    "streaming_info": [],
 }
+STREAMED_TEXT = "Hello there. How are you?"
 
 
 class ExporterRegistryTest(unittest.TestCase):
@@ -125,8 +132,10 @@ class PhonemeModelSignaturesTest(unittest.TestCase):
         module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
                                max_decoder_steps=3, griffin_lim_iterations=2, assets={})
         signatures = module.signatures()
-        self.assertEqual(sorted(signatures), ["reference_mel", "serving_default",
-                                              "speaker_latents", "synthesize_tokens"])
+        self.assertEqual(sorted(signatures), ["decode_start", "decode_steps", "postnet_window",
+                                              "reference_mel", "serving_default",
+                                              "speaker_latents", "streaming_info",
+                                              "synthesize_tokens", "vocode_window"])
         latents = tf.zeros([1, config.model.num_speaker_latents, config.model.d_model])
         out = signatures["serving_default"](tokens=tf.constant([[1, 2, 3]]),
                                             token_lengths=tf.constant([3]),
@@ -203,8 +212,23 @@ class ExportRoundTripTest(unittest.TestCase):
             "tokenize": text,
             "reference_mel": {"audio": ref_audio[None],
                               "audio_lengths": np.array([len(ref_audio)], np.int32)},
+            "decode_start": {"tokens": np.array([ids], np.int32),
+                             "token_lengths": np.array([len(ids)], np.int32),
+                             "language_ids": np.array([0], np.int32),
+                             "speaker_latents": latents},
+            "decode_steps": {**self._decode_state(ids, latents), "steps": np.int32(3)},
+            "postnet_window": {"mel_before": np.zeros([1, 9, 40], np.float32) - 2.0},
+            "vocode_window": {"mel": np.zeros([1, 9, 40], np.float32) - 2.0,
+                              "first_frame": np.int32(5)},
         }
         return {f"{s}/{k}": v for s, inputs in signatures.items() for k, v in inputs.items()}
+
+    def _decode_state(self, ids, latents):
+        """A decode state after two steps, as named arrays (the decode_steps inputs)."""
+        model = self.synth.model
+        state = model.start_decode(np.array([ids], np.int32), np.array([len(ids)], np.int32),
+                                   np.array([0], np.int32), latents, MAX_DECODER_STEPS)
+        return {k: v.numpy() for k, v in model.decode_steps(state, 2).to_tensors().items()}
 
     def test_fresh_process_without_myxtts_matches_the_synthesizer(self):
         inputs_path = os.path.join(self.tmp, "inputs.npz")
@@ -215,20 +239,26 @@ class ExportRoundTripTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertFalse(report["myxtts_imported"])
-        self.assertEqual(report["requests"], {name: [] for name in SIGNATURES})
+        self.assertEqual(report["requests"], {name: [] for name, inputs in SIGNATURES.items()
+                                              if inputs})
         self.assertEqual(report["assets"], ["config.yaml", "model_info.json", "vocab.json"])
         out = np.load(outputs_path, allow_pickle=False)
 
         synth = self.synth
         ref_mel = synth.reference_mel(REFERENCE_AUDIO)
         latents = synth.speaker_latents_from_mel(ref_mel)
-        waveform, mel = synth.synthesize(TEXT, "en", latents)
-        ids = synth.encode(TEXT, "en")
+        ids = synth.encode(TEXT, "en")  # one text, one decode (as the signatures)
+        waveform, mel = synth.synthesize_tokens(ids, 0, latents)
         np.testing.assert_array_equal(out["tokenize/tokens"], [ids])
         np.testing.assert_array_equal(out["tokenize/token_lengths"], [len(ids)])
         np.testing.assert_allclose(out["reference_mel/reference_mel"][0], ref_mel, atol=1e-4)
         np.testing.assert_allclose(out["speaker_latents/speaker_latents"], latents.numpy(),
                                    atol=1e-4)
+        # decode_steps: three more steps of the state, as the checkpoint's model runs them.
+        state = synth.model.decode_steps(DecodeState.from_tensors(
+            {k: tf.constant(v) for k, v in self._decode_state(ids, latents).items()}), 3)
+        self.assertEqual(int(out["decode_steps/step"]), 5)
+        np.testing.assert_allclose(out["decode_steps/frames"], state.frames.numpy(), atol=1e-4)
         expected_frames = min(MAX_DECODER_STEPS, -(-len(ids) * 12 // 2)) * 2
         self.assertEqual(mel.shape, (expected_frames, synth.config.data.n_mels))
         hop, win = synth.config.data.hop_length, synth.config.data.win_length
@@ -242,8 +272,9 @@ class ExportRoundTripTest(unittest.TestCase):
                 np.testing.assert_allclose(out[f"{name}/waveform"][0], waveform, atol=1e-3)
 
     def test_fresh_process_runs_every_signature_with_a_vocoder(self):
-        synth_mel = self.synth.synthesize(TEXT, "en", self.synth.speaker_latents_from_mel(
-            self.synth.reference_mel(REFERENCE_AUDIO)))[1]
+        synth_mel = self.synth.synthesize_tokens(
+            self.synth.encode(TEXT, "en"), 0,
+            self.synth.speaker_latents_from_mel(self.synth.reference_mel(REFERENCE_AUDIO)))[1]
         for generator, name in (("hifigan", "HiFi-GAN"), ("vocos", "Vocos")):
             with self.subTest(generator=generator):
                 self._check_vocoder_export(generator, name, synth_mel)
@@ -269,7 +300,8 @@ class ExportRoundTripTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertFalse(report["myxtts_imported"])
-        self.assertEqual(report["requests"], {s: [] for s in [*SIGNATURES, "vocode"]})
+        self.assertEqual(report["requests"], {s: [] for s in [*SIGNATURES, "vocode"]
+                                              if s == "vocode" or SIGNATURES[s]})
         out = np.load(outputs_path, allow_pickle=False)
 
         vocoder = load_vocoder(vocoder_dir)
@@ -287,6 +319,32 @@ class ExportRoundTripTest(unittest.TestCase):
                 expected, _ = vocoder(out[f"{signature}/mel"], out[f"{signature}/mel_lengths"])
                 np.testing.assert_allclose(out[f"{signature}/waveform"], expected.numpy(),
                                            atol=1e-5)
+        if generator == "hifigan":
+            self._check_streaming(result.path, vocoder)
+
+    def _check_streaming(self, version_dir, vocoder):
+        """The streaming signatures stream in a fresh process what the checkpoint streams."""
+        synth = Synthesizer.from_checkpoint_dir(self.checkpoint_dir,
+                                                max_decoder_steps=MAX_DECODER_STEPS,
+                                                vocoder=vocoder)
+        latents = synth.speaker_latents(REFERENCE_AUDIO)
+        ids = synth.encode(TEXT, "en")
+        inputs_path = os.path.join(self.tmp, "stream-inputs.npz")
+        outputs_path = os.path.join(self.tmp, "stream-outputs.npz")
+        np.savez(inputs_path, ids=np.array(ids, np.int32), latents=latents.numpy(),
+                 text=np.array(STREAMED_TEXT))
+        done = _run([sys.executable, "-m", "tests.children.stream_export",
+                     os.path.dirname(version_dir), inputs_path, outputs_path], cwd=REPO)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        out = np.load(outputs_path, allow_pickle=False)
+        chunks = list(synth.stream_tokens(ids, 0, latents, first_chunk_steps=2, chunk_steps=2))
+        self.assertGreater(len(chunks), 2)
+        np.testing.assert_array_equal(out["tokens_chunks"], [len(c) for c in chunks])
+        np.testing.assert_allclose(out["tokens"], np.concatenate(chunks), atol=1e-4)
+        text = np.concatenate(list(synth.stream(STREAMED_TEXT, "en", latents,
+                                                first_chunk_steps=2, chunk_steps=2)))
+        self.assertEqual(out["text"].shape, text.shape)
+        np.testing.assert_allclose(out["text"], text, atol=1e-4)
 
     def test_new_exports_take_the_next_version_and_never_overwrite(self):
         export_dir = os.path.join(self.tmp, "versions", "myxtts")

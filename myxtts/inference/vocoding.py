@@ -136,11 +136,18 @@ class NeuralVocoder:
         return tf.function(run, reduce_retracing=True)
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
-        floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
-        # Vocos's inverse STFT is not bounded like HiFi-GAN's tanh: clip to the sample range.
-        waveform = tf.clip_by_value(self.generator(floored, training=False), -1.0, 1.0)
-        lengths = mel_lengths * self.hop
-        return zero_past_lengths(waveform, lengths), lengths
+        return self._batch(tf.convert_to_tensor(mel, tf.float32),
+                           tf.convert_to_tensor(mel_lengths, tf.int32))
+
+    @functools.cached_property
+    def _batch(self):
+        def run(mel, mel_lengths):
+            floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
+            # Vocos's inverse STFT is not bounded like HiFi-GAN's tanh: clip to the sample range.
+            waveform = tf.clip_by_value(self.generator(floored, training=False), -1.0, 1.0)
+            lengths = mel_lengths * self.hop
+            return zero_past_lengths(waveform, lengths), lengths
+        return tf.function(run, reduce_retracing=True)
 
 
 def load_vocoder(directory: str, data_config=None,
