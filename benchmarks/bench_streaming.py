@@ -35,9 +35,7 @@ alternately --repeats times, so load from other jobs hits both alike; the table 
   SNR dB         the joined stream against the whole waveform (a correctness sanity figure:
                  float rounding only with Vocos; lower with Griffin-Lim, whose windows see
                  GRIFFIN_LIM_CONTEXT frames of context, not the whole utterance).
-Both paths are timed as the library runs them: NeuralVocoder.__call__ (whole) calls the
-generator eagerly while its streaming `window` is a tf.function, which makes the whole path's
-Vocos slower per sentence than the stream's.
+Both paths are timed as the library runs them (the generator in a tf.function in both).
 The goals (first audio <= 25% of whole, aim 10%; stream <= 1.15x whole) are checked per case at
 the end. The "myxtts.inference" logger is set to ERROR: with the stop head off every streamed
 sentence would log the length-cap warning. All numbers come from this one run.
