@@ -1,5 +1,6 @@
 """Synthesis CLI: playable wavs (one text, a text file), saved mels, HiFi-GAN audio with
---vocoder-dir, and the user errors (missing checkpoint, unknown language, unknown characters,
+--vocoder-dir, --stream and --output - (WAV on standard output) equal to whole synthesis, and
+the user errors (missing checkpoint, unknown language, unknown characters,
 unreadable reference, unusable vocoder) as one paragraph on stderr with exit status 2 and no
 traceback."""
 
@@ -81,7 +82,7 @@ class SynthesizeCliTest(unittest.TestCase):
         env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
         done = subprocess.run(
             [sys.executable, "-m", "myxtts.synthesize",
-             *self._args("--text", "Hello there.", "--language", "en", "--output", output,
+             *self._args("--text", "Hi there.", "--language", "en", "--output", output,
                          "--save-mel")],
             capture_output=True, text=True, cwd=REPO, timeout=600, env=env)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
@@ -155,6 +156,8 @@ class SynthesizeCliTest(unittest.TestCase):
              "outside the model's saved vocabulary .*'2' '4' '\u2603'"),
             ((("--text", "Hello.", "--output", out), {"reference": not_audio}),
              f"Cannot read the reference audio {not_audio}"),
+            ((("--text", "Hello.", "--output", out, "--stream", "--save-mel"), {}),
+             "--save-mel needs whole synthesis"),
         ]
         for (args, kwargs), message in cases:
             with self.subTest(message=message):
@@ -177,6 +180,34 @@ class SynthesizeCliTest(unittest.TestCase):
         expected, lengths = load_vocoder(vocoder_dir)(mel[None], [len(mel)])
         self.assertEqual(int(lengths[0]), len(mel) * 256)  # frames x hop, not Griffin-Lim's
         np.testing.assert_allclose(audio, expected[0].numpy(), atol=2 / 32768)  # 16-bit PCM
+
+    def test_stream_and_standard_output_give_the_whole_synthesis(self):
+        vocoder_dir, _ = shared_vocoder_checkpoint()
+        text = "Hello there. Go on."
+        whole, streamed = (os.path.join(self.tmp, name) for name in ("whole.wav", "streamed.wav"))
+        for output, extra in ((whole, ()), (streamed, ("--stream",))):
+            stdout = io.StringIO()
+            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(stdout):
+                code = guarded_main(self._args("--text", text, "--output", output,
+                                               "--vocoder-dir", vocoder_dir, *extra))
+            self.assertEqual(code, 0)
+        self.assertIn("first audio after", stdout.getvalue())
+        expected = sf.read(whole, dtype="float32")[0]
+        np.testing.assert_allclose(sf.read(streamed, dtype="float32")[0], expected,
+                                   atol=2 / 32768)
+        # `--output -`, typed from the repository root with a relative reference path: one WAV
+        # stream on standard output, the messages on standard error.
+        done = subprocess.run(
+            [sys.executable, "-m", "myxtts.synthesize", "--checkpoint-dir", self.checkpoint_dir,
+             "--reference-audio", os.path.relpath(REFERENCE_AUDIO, REPO), "--max-decoder-steps",
+             str(MAX_DECODER_STEPS), "--vocoder-dir", vocoder_dir, "--text", text,
+             "--output", "-"], capture_output=True, cwd=REPO, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr.decode()[-3000:])
+        self.assertEqual(done.stdout[:4], b"RIFF")
+        self.assertIn(b"first audio after", done.stderr)
+        audio, rate = sf.read(io.BytesIO(done.stdout), dtype="float32")
+        self.assertEqual(rate, SAMPLE_RATE)
+        np.testing.assert_allclose(audio, expected, atol=2 / 32768)
 
     def test_unusable_vocoder_dirs_are_refused_in_one_paragraph(self):
         vocoder_dir, _ = shared_vocoder_checkpoint()

@@ -18,8 +18,9 @@ would leave (Griffin-Lim, whose phases depend on all the frames a window holds).
 chunk comes when the stop head or the length cap ends the item: its window runs to the end.
 
 The first chunk is small (`first_chunk_steps`, by default just enough frames for the two
-stages' context plus FIRST_AUDIO_FRAMES of audio) to get audio out early; later chunks are
-`chunk_steps` decoder steps each, for throughput.
+stages' context plus FIRST_AUDIO_FRAMES of audio) to get audio out early; each later chunk has
+twice the steps of the one before, up to `chunk_steps`, for throughput (every window recomputes
+its stages' context, a share that falls as chunks grow).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import tensorflow as tf
 
 CROSSFADE_SAMPLES = 256  # 16 ms at 16 kHz
 SENTENCE_PAUSE_SECONDS = 0.25  # silence between the sentences of one text
-CHUNK_STEPS = 24  # decoder steps per chunk after the first
+CHUNK_STEPS = 64  # the most decoder steps per chunk (chunks double up to it)
 FIRST_AUDIO_FRAMES = 8  # mel frames of audio the default first chunk yields
 
 
@@ -186,4 +187,4 @@ def stream_decode(decoder, vocoder, hop_length: int, ids, language_id: int, late
             if end is not None:
                 end.frames, end.ended_by_stop = frames, by_stop
             return
-        steps = chunk_steps
+        steps = min(2 * steps, chunk_steps)

@@ -195,7 +195,7 @@ class Synthesizer:
         frames (myxtts.inference.streaming), pauses between sentences; joined, they equal
         `synthesize` (up to float rounding with a neural vocoder). The first chunk of each
         sentence is `first_chunk_steps` decoder steps (default: just enough for the first
-        frames of audio), the rest `chunk_steps` each."""
+        frames of audio), each later one twice the one before, up to `chunk_steps`."""
         yield from self.stream_sentences(self.sentences(text, language),
                                          self.language_id(language), latents,
                                          first_chunk_steps=first_chunk_steps,

@@ -24,14 +24,18 @@ class UnknownCharactersError(MyXTTSError, ValueError):
     """Text characters (after cleaning) that are not in the saved vocabulary."""
 
 
+MIN_SENTENCE_TOKENS = 40  # a few words
+
+
 def sentence_token_budget(max_text_positions: int, max_decoder_steps: int,
                           reduction_factor: int, max_frames_per_token: float) -> int:
     """The most tokens one decoded piece of a text gets: the model's max_text_positions, and no
     more than the length cap (max_decoder_steps * r frames) holds at half the
     max_frames_per_token frames per token (speech runs at 40-50% of that cap), so a piece ends
-    by its stop head, not by the cap."""
+    by its stop head, not by the cap; but at least MIN_SENTENCE_TOKENS: under a cap that short
+    (a --max-decoder-steps chosen to cut decodes short) words are not cut into letters."""
     by_cap = int(max_decoder_steps * reduction_factor / (max_frames_per_token / 2))
-    return max(1, min(max_text_positions, by_cap))
+    return min(max_text_positions, max(MIN_SENTENCE_TOKENS, by_cap))
 
 
 class TextFrontEnd:
