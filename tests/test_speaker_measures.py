@@ -168,6 +168,11 @@ class RealVoicesTest(unittest.TestCase):
         self.assertTrue(np.all(loo), loo)
         same, different = same_and_different_secs(embeddings, heard.speakers)
         self.assertGreater(same - different, 0.2, (same, different))
+        # The level is not the voice: a recording 20 dB quieter or 6 dB louder (clipped to
+        # nothing: it peaks well below 1) embeds as itself.
+        for gain in (0.1, 2.0):
+            again = judge.embed(samples * gain, 22050)
+            self.assertGreater(float(again @ embeddings[-1]), 0.999)
 
 
 if __name__ == "__main__":

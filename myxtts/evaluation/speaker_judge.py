@@ -19,6 +19,7 @@ import numpy as np
 from myxtts.errors import MyXTTSError
 
 JUDGE_RATE = 16000
+JUDGE_DBFS = -30.0  # the level Resemblyzer normalises quieter audio to (its audio_norm_target_dBFS)
 INSTALL_HINT = ("pip install torch --index-url https://download.pytorch.org/whl/cpu && "
                 "pip install webrtcvad-wheels && pip install --no-deps resemblyzer")
 
@@ -47,15 +48,18 @@ class ResemblyzerJudge:
                      f"encoder, the weights its package ships)")
 
     def embed(self, samples, sample_rate: int) -> np.ndarray:
-        """The speaker embedding of a waveform: resampled to 16 kHz, then Resemblyzer's own
-        preparation (volume raised to -30 dBFS when quieter, long silences cut down to about
-        0.2 s by its voice-activity detector, webrtcvad). Silence, or audio in which the
+        """The speaker embedding of a waveform: resampled to 16 kHz, brought to JUDGE_DBFS
+        (up or down: the encoder's log-mel input, and so its embedding, moves with the level,
+        which is not the voice), then Resemblyzer's own preparation (long silences cut down to
+        about 0.2 s by its voice-activity detector, webrtcvad). Silence, or audio in which the
         detector hears no voice, is embedded as it is."""
         wav = np.asarray(samples, np.float32)
         if sample_rate != JUDGE_RATE and wav.size:
             wav = librosa.resample(wav, orig_sr=sample_rate, target_sr=JUDGE_RATE,
                                    res_type="soxr_hq")
         if np.any(wav):
+            rms = float(np.sqrt(np.mean(np.square(wav, dtype=np.float64))))
+            wav = (wav * (10 ** (JUDGE_DBFS / 20) / rms)).astype(np.float32)
             prepared = self._preprocess(wav)
             if prepared.size:
                 wav = prepared
