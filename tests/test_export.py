@@ -337,7 +337,8 @@ class ExportRoundTripTest(unittest.TestCase):
                      os.path.dirname(version_dir), inputs_path, outputs_path], cwd=REPO)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         out = np.load(outputs_path, allow_pickle=False)
-        chunks = list(synth.stream_tokens(ids, 0, latents, first_chunk_steps=2, chunk_steps=2))
+        chunks = list(synth.stream_sentences([ids], 0, latents, first_chunk_steps=2,
+                                             chunk_steps=2))
         self.assertGreater(len(chunks), 2)
         np.testing.assert_array_equal(out["tokens_chunks"], [len(c) for c in chunks])
         np.testing.assert_allclose(out["tokens"], np.concatenate(chunks), atol=1e-4)

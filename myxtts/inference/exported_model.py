@@ -147,19 +147,17 @@ class ExportedModel:
                chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
         """Synthesizer.stream over the SavedModel: chunks of every sentence, pauses between."""
         sentences, language_id = self.sentences(text, language)
-        pause = streaming.pause(self.sample_rate)
-        for i, ids in enumerate(sentences):
-            if i:
-                yield pause
-            yield from self.stream_tokens(ids, language_id, latents,
-                                          first_chunk_steps=first_chunk_steps,
-                                          chunk_steps=chunk_steps)
+        yield from self.stream_sentences(sentences, language_id, latents,
+                                         first_chunk_steps=first_chunk_steps,
+                                         chunk_steps=chunk_steps)
 
-    def stream_tokens(self, ids, language_id: int, latents, *,
-                      first_chunk_steps: Optional[int] = None,
-                      chunk_steps: int = streaming.CHUNK_STEPS,
-                      end: Optional[streaming.StreamEnd] = None) -> Iterator[np.ndarray]:
-        yield from streaming.stream_decode(self.decoder, self.vocoder, self.hop_length, ids,
-                                           language_id, latents,
+    def stream_sentences(self, sentences, language_id: int, latents, *,
+                         first_chunk_steps: Optional[int] = None,
+                         chunk_steps: int = streaming.CHUNK_STEPS,
+                         ends: Optional[List[streaming.StreamEnd]] = None
+                         ) -> Iterator[np.ndarray]:
+        """Synthesizer.stream_sentences over the SavedModel."""
+        yield from streaming.stream_decode(self.decoder, self.vocoder, self.sample_rate,
+                                           self.hop_length, sentences, language_id, latents,
                                            first_chunk_steps=first_chunk_steps,
-                                           chunk_steps=chunk_steps, end=end)
+                                           chunk_steps=chunk_steps, ends=ends)

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Iterator, Optional, Tuple
+import queue
+import threading
+from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -151,40 +153,104 @@ def default_first_chunk_steps(decoder, vocoder_context: int, hop_length: int) ->
     return math.ceil(frames / decoder.reduction_factor)
 
 
-class StreamEnd:
-    """How a streamed item ended, filled in when its last chunk has been yielded."""
+class StreamEnd(NamedTuple):
+    """How a streamed sentence ended: its mel frames, and whether the stop head ended it (else
+    the length cap)."""
 
-    def __init__(self):
-        self.frames = 0
-        self.ended_by_stop = False
+    frames: int
+    ended_by_stop: bool
 
 
-def stream_decode(decoder, vocoder, hop_length: int, ids, language_id: int, latents, *,
-                  first_chunk_steps: Optional[int] = None, chunk_steps: int = CHUNK_STEPS,
-                  crossfade: int = CROSSFADE_SAMPLES,
-                  end: Optional[StreamEnd] = None) -> Iterator[np.ndarray]:
-    """Float32 waveform chunks of one token sequence, as the decoder produces its frames.
-    `vocoder` has `window(mel [T, n_mels], first_frame) -> waveform` and `receptive_field`;
-    `end` (optional) receives the item's length and how it ended."""
-    if chunk_steps < 1 or (first_chunk_steps is not None and first_chunk_steps < 1):
-        raise ValueError(f"chunk sizes must be at least one decoder step (got first "
-                         f"{first_chunk_steps}, then {chunk_steps})")
+def decoded_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: int,
+                   chunk_steps: int) -> Iterator[Tuple[Optional[np.ndarray], bool, int, bool]]:
+    """The decode a chunk at a time, through the postnet: (the mel frames that are final now
+    (None: none yet), ended, frames so far (the item's length once ended), ended by the stop
+    head), each chunk twice the steps of the one before, up to chunk_steps."""
     postnet = WindowedStage(decoder.postnet, decoder.postnet_context)
-    vocode = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length, crossfade)
     state = decoder.start(ids, language_id, latents)
-    steps = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field,
-                                                             hop_length)
-    taken = 0
+    steps, taken = first_chunk_steps, 0
     while True:
         state = decoder.steps(state, steps)
         done, frames, by_stop = decoder.progress(state)
-        mel = postnet.push(decoder.frames(state, taken, frames), done)
+        yield postnet.push(decoder.frames(state, taken, frames), done), done, frames, by_stop
+        if done:
+            return
         taken = frames
+        steps = min(2 * steps, chunk_steps)
+
+
+def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
+    """The items of `chunks`, produced by a background thread up to `depth` items ahead of the
+    consumer: the decoder runs its next chunk while the postnet and the vocoder work on the
+    last one (each TensorFlow call releases the GIL, so the two keep two cores busy). An
+    exception in the thread is raised here; closing this generator stops the thread after its
+    current item."""
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        try:
+            for item in chunks:
+                while not stop.is_set():
+                    try:
+                        items.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as e:  # pylint: disable=broad-except  (re-raised by the consumer)
+            items.put((done, e))
+            return
+        items.put((done, None))
+
+    thread = threading.Thread(target=produce, name="myxtts-decode-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = items.get()
+            if error is not None:
+                raise error
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def stream_decode(decoder, vocoder, sample_rate: int, hop_length: int,
+                  sentences: Sequence[Sequence[int]], language_id: int, latents, *, first_chunk_steps: Optional[int] = None,
+                  chunk_steps: int = CHUNK_STEPS, crossfade: int = CROSSFADE_SAMPLES,
+                  ends: Optional[List[StreamEnd]] = None) -> Iterator[np.ndarray]:
+    """Float32 waveform chunks of each token sequence of `sentences` in turn, as the decoder
+    produces its frames, a `pause` between two sentences. The decoder and the postnet run in a
+    thread one chunk `ahead` of the vocoder, across sentences too (the next sentence decodes
+    while the last one's end is vocoded). `vocoder` has `window(mel [T, n_mels], first_frame)
+    -> waveform` and `receptive_field`; `ends` (optional) gets a StreamEnd per sentence as each
+    ends."""
+    if chunk_steps < 1 or (first_chunk_steps is not None and first_chunk_steps < 1):
+        raise ValueError(f"chunk sizes must be at least one decoder step (got first "
+                         f"{first_chunk_steps}, then {chunk_steps})")
+    first = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field,
+                                                             hop_length)
+
+    def every_sentence():
+        for index, ids in enumerate(sentences):
+            for item in decoded_chunks(decoder, ids, language_id, latents, first, chunk_steps):
+                yield index, item
+
+    vocode, current = None, None
+    for index, (mel, done, length, by_stop) in ahead(every_sentence()):
+        if index != current:
+            if current is not None:
+                yield pause(sample_rate)
+            vocode = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length,
+                                   crossfade)
+            current = index
         waveform = vocode.push(mel, done)
         if waveform is not None and waveform.size:
             yield waveform.astype(np.float32)
-        if done:
-            if end is not None:
-                end.frames, end.ended_by_stop = frames, by_stop
-            return
-        steps = min(2 * steps, chunk_steps)
+        if done and ends is not None:
+            ends.append(StreamEnd(length, by_stop))

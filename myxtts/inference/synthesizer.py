@@ -203,28 +203,22 @@ class Synthesizer:
 
     def stream_sentences(self, sentences: Sequence[List[int]], language_id: int, latents, *,
                          first_chunk_steps: Optional[int] = None,
-                         chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
-        """`stream` of token sequences (`sentences`), pauses between them."""
-        for i, ids in enumerate(sentences):
-            if i:
-                yield self.pause()
-            yield from self.stream_tokens(ids, language_id, latents,
-                                          first_chunk_steps=first_chunk_steps,
-                                          chunk_steps=chunk_steps)
-
-    def stream_tokens(self, ids: List[int], language_id: int, latents, *,
-                      first_chunk_steps: Optional[int] = None,
-                      chunk_steps: int = streaming.CHUNK_STEPS,
-                      end: Optional[streaming.StreamEnd] = None) -> Iterator[np.ndarray]:
-        """`stream` of one token sequence; `end` receives how it ended."""
-        end = end or streaming.StreamEnd()
+                         chunk_steps: int = streaming.CHUNK_STEPS,
+                         ends: Optional[List[streaming.StreamEnd]] = None
+                         ) -> Iterator[np.ndarray]:
+        """`stream` of token sequences (`sentences`), pauses between them; `ends` (optional)
+        gets how each sentence ended (streaming.StreamEnd). A sentence the length cap ended is
+        logged."""
+        ends = [] if ends is None else ends
         yield from streaming.stream_decode(
-            self._stream_decoder, self.vocoder, self.config.data.hop_length, ids, language_id,
-            latents, first_chunk_steps=first_chunk_steps, chunk_steps=chunk_steps, end=end)
-        if not end.ended_by_stop:
-            warn_length_cap("a streamed sentence", self.max_frames(len(ids)),
-                            self.sample_rate, self.config.data.hop_length,
-                            self.max_decoder_steps)
+            self._stream_decoder, self.vocoder, self.sample_rate, self.config.data.hop_length,
+            sentences, language_id, latents, first_chunk_steps=first_chunk_steps,
+            chunk_steps=chunk_steps, ends=ends)
+        for ids, end in zip(sentences, ends):
+            if not end.ended_by_stop:
+                warn_length_cap("a streamed sentence", self.max_frames(len(ids)),
+                                self.sample_rate, self.config.data.hop_length,
+                                self.max_decoder_steps)
 
     @functools.cached_property
     def _stream_decoder(self) -> streaming.ModelDecoder:

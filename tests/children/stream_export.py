@@ -20,7 +20,8 @@ CHUNKS = {"first_chunk_steps": 2, "chunk_steps": 2}
 def main(export_dir: str, inputs_path: str, outputs_path: str) -> None:
     inputs = np.load(inputs_path, allow_pickle=False)
     model = ExportedModel(export_dir)
-    chunks = list(model.stream_tokens(inputs["ids"].tolist(), 0, inputs["latents"], **CHUNKS))
+    chunks = list(model.stream_sentences([inputs["ids"].tolist()], 0, inputs["latents"],
+                                          **CHUNKS))
     text = list(model.stream(str(inputs["text"]), "en", inputs["latents"], **CHUNKS))
     np.savez(outputs_path, tokens=np.concatenate(chunks),
              tokens_chunks=np.array([len(c) for c in chunks]), text=np.concatenate(text))
