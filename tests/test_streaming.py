@@ -60,6 +60,28 @@ def test_windowed_stage_equals_one_pass_for_any_chunking(per_frame, crossfade):
         np.testing.assert_allclose(joined, whole, atol=1e-5)
 
 
+def test_ahead_keeps_order_raises_the_producers_error_and_stops_when_closed():
+    assert list(streaming.ahead(iter(range(20)))) == list(range(20))
+
+    def failing():
+        yield 1
+        raise RuntimeError("decode failed")
+    items = streaming.ahead(failing())
+    assert next(items) == 1
+    with pytest.raises(RuntimeError, match="decode failed"):
+        next(items)
+    produced = []
+
+    def endless():
+        for i in range(10 ** 6):
+            produced.append(i)
+            yield i
+    items = streaming.ahead(endless(), depth=2)
+    assert next(items) == 0
+    items.close()  # returns once the thread has stopped (it would hang otherwise)
+    assert len(produced) <= 4
+
+
 class _Recording:
     """A decoder that records how many frames were decoded each time the driver asked."""
 

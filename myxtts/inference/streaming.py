@@ -181,7 +181,7 @@ def decoded_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: i
 
 def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
     """The items of `chunks`, produced by a background thread up to `depth` items ahead of the
-    consumer: the decoder runs its next chunk while the postnet and the vocoder work on the
+    consumer: the decoder and the postnet run the next chunk while the vocoder works on the
     last one (each TensorFlow call releases the GIL, so the two keep two cores busy). An
     exception in the thread is raised here; closing this generator stops the thread after its
     current item."""
@@ -189,21 +189,25 @@ def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
     stop = threading.Event()
     done = object()
 
+    def offer(entry) -> bool:
+        """Puts `entry` once there is room; False when the consumer has stopped."""
+        while not stop.is_set():
+            try:
+                items.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce():
         try:
             for item in chunks:
-                while not stop.is_set():
-                    try:
-                        items.put((item, None), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer((item, None)):
                     return
         except BaseException as e:  # pylint: disable=broad-except  (re-raised by the consumer)
-            items.put((done, e))
+            offer((done, e))
             return
-        items.put((done, None))
+        offer((done, None))
 
     thread = threading.Thread(target=produce, name="myxtts-decode-ahead", daemon=True)
     thread.start()
