@@ -224,17 +224,26 @@ def _stream_to_file(synth, sentences, language_id, latents, path, started) -> fl
 
 
 def _stream_to_stdout(synth, sentences, language_id, latents) -> None:
-    """One WAV stream of every utterance on standard output, pauses between them."""
-    writer = WavStreamWriter(sys.stdout.buffer, synth.sample_rate)
+    """One WAV stream of every utterance on standard output, pauses between them. A reader that
+    goes away (a player quit, `| head -c N`) ends the stream quietly."""
     started = time.monotonic()
     first = None
-    for i, pieces in enumerate(sentences):
-        if i:
-            writer.write(synth.pause())
-        for chunk in synth.stream_sentences(pieces, language_id, latents):
-            if first is None:
-                first = time.monotonic() - started
-            writer.write(chunk)
+    try:
+        writer = WavStreamWriter(sys.stdout.buffer, synth.sample_rate)
+        for i, pieces in enumerate(sentences):
+            if i:
+                writer.write(synth.pause())
+            for chunk in synth.stream_sentences(pieces, language_id, latents):
+                if first is None:
+                    first = time.monotonic() - started
+                writer.write(chunk)
+    except BrokenPipeError:
+        # Python would flush standard output again at exit and fail once more (its docs'
+        # advice: point it at /dev/null).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("-: standard output was closed by its reader; synthesis stopped.",
+              file=sys.stderr)
+        return
     duration = writer.samples / synth.sample_rate
     seconds = time.monotonic() - started
     print(f"-: {duration:.2f} s of audio streamed in {seconds:.2f} s, real-time factor "

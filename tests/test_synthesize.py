@@ -209,6 +209,22 @@ class SynthesizeCliTest(unittest.TestCase):
         self.assertEqual(rate, SAMPLE_RATE)
         np.testing.assert_allclose(audio, expected, atol=2 / 32768)
 
+    def test_a_reader_that_closes_standard_output_early_ends_the_stream_quietly(self):
+        # `... --output - | head -c 100`: the reader goes away after the header. Eight
+        # sentences make ~160 kB of audio, more than a pipe holds, so the writer is still
+        # writing when the reader has gone.
+        text = " ".join(["Hello there. Go on. Come here. Sit down."] * 2)
+        with subprocess.Popen(
+                [sys.executable, "-m", "myxtts.synthesize", *self._args(
+                    "--text", text, "--output", "-")],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO) as proc:
+            self.assertEqual(proc.stdout.read(100)[:4], b"RIFF")
+            proc.stdout.close()
+            stderr = proc.stderr.read().decode()
+            self.assertEqual(proc.wait(timeout=600), 0, stderr[-3000:])
+        self.assertNotIn("Traceback", stderr)
+        self.assertIn("standard output was closed by its reader", stderr)
+
     def test_unusable_vocoder_dirs_are_refused_in_one_paragraph(self):
         vocoder_dir, _ = shared_vocoder_checkpoint()
         out = os.path.join(self.tmp, "refused.wav")
