@@ -32,6 +32,7 @@ from myxtts.exporters.registry import register
 from myxtts.exporters.serving_graph import ServingModule
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, load_vocoder
+from myxtts.inference.voices import conditioning_fingerprint
 from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts.export")
@@ -121,6 +122,8 @@ def export_tf_serving(checkpoint_dir: str, export_dir: str, *, checkpoint: Optio
             info = {"checkpoint": os.path.abspath(loaded.checkpoint_path),
                     "max_decoder_steps": steps, "griffin_lim_iterations": griffin_lim_iterations,
                     "vocoder": vocoder.checkpoint_path if vocoder else "griffin-lim",
+                    # Voice files made with this model carry it (myxtts.inference.voices).
+                    "voice_fingerprint": conditioning_fingerprint(loaded.model, loaded.config),
                     "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             module = ServingModule(loaded, steps, griffin_lim_iterations,
                                    _stage_assets(loaded, asset_dir, info), vocoder)

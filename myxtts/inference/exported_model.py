@@ -5,26 +5,35 @@
     latents = model.speaker_latents(samples)           # float32 audio at model.sample_rate
     for chunk in model.stream("Hello there. How are you?", "en", latents):
         play(chunk)
+    voice = model.voice("speaker.wav"); voice.save("v.npz")   # voices.Voice, as the CLI's
 
 The same driver as the checkpoint path (myxtts.inference.streaming.stream_decode) runs over the
 SavedModel's streaming signatures (decode_start, decode_steps, postnet_window, vocode_window,
 streaming_info; myxtts.exporters.serving_graph), so a serving process streams what
-Synthesizer.stream streams. Text is cut into sentences like Synthesizer does
-(myxtts.inference.sentences; pieces measured with the in-graph `tokenize` signature).
+Synthesizer.stream streams. Text goes through the checkpoint's own text front end
+(TextFrontEnd, rebuilt from the export's assets), so it is cut into sentences and checked like
+the Synthesizer does; voices made here and by `myxtts-synthesize --save-voice` with the same
+checkpoint are interchangeable (the export records the conditioning fingerprint).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from myxtts.config import XTTSConfig
+from myxtts.data.text import Tokenizer
 from myxtts.errors import MyXTTSError
 from myxtts.inference import streaming
-from myxtts.inference.sentences import split_sentences
-from myxtts.inference.text_front_end import sentence_token_budget
+from myxtts.inference.reference_audio import load_reference
+from myxtts.inference.text_front_end import TextFrontEnd
+from myxtts.inference.voices import Voice
+from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
 
 
 class ExportedModelError(MyXTTSError, ValueError):
@@ -45,7 +54,9 @@ def version_folder(path: str) -> str:
 
 class ExportedDecoder:
     """The decoder interface of stream_decode over the streaming signatures; the state is the
-    dict of tensors decode_start and decode_steps pass around."""
+    dict of tensors decode_start and decode_steps pass around. A state may hold several items
+    (start_batch; myxtts.serving decodes concurrent requests together): the single-item
+    methods stream_decode uses read item 0."""
 
     def __init__(self, signatures, info):
         self._start = signatures["decode_start"]
@@ -56,26 +67,71 @@ class ExportedDecoder:
         self.postnet_context = info["postnet_context"]
         self.token_padding = info["token_padding"]
 
-    def start(self, ids, language_id: int, latents):
-        padded = -(-len(ids) // self.token_padding) * self.token_padding
-        tokens = np.zeros([1, padded], np.int32)
-        tokens[0, : len(ids)] = ids
+    def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],
+                    latents):
+        """The state of a decode of every token sequence of `sentences` (latents [B, L, d])."""
+        longest = max(len(ids) for ids in sentences)
+        padded = -(-longest // self.token_padding) * self.token_padding
+        tokens = np.zeros([len(sentences), padded], np.int32)
+        for row, ids in enumerate(sentences):
+            tokens[row, : len(ids)] = ids
         return self._start(tokens=tf.constant(tokens),
-                           token_lengths=tf.constant([len(ids)], tf.int32),
-                           language_ids=tf.constant([language_id], tf.int32),
+                           token_lengths=tf.constant([len(ids) for ids in sentences], tf.int32),
+                           language_ids=tf.constant(list(language_ids), tf.int32),
                            speaker_latents=tf.convert_to_tensor(latents, tf.float32))
+
+    def start(self, ids, language_id: int, latents):
+        return self.start_batch([ids], [language_id], latents)
 
     def steps(self, state, steps: int):
         return self._steps(steps=tf.constant(steps, tf.int32), **state)
 
+    def batch_progress(self, state) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ended [B] bool, frames so far [B] (an item's length once ended), ended by the stop
+        head [B])."""
+        done = state["done"].numpy()
+        frames = np.where(done, state["lengths"].numpy(),
+                          int(state["step"]) * self.reduction_factor)
+        return done, frames, state["by_stop"].numpy()
+
     def progress(self, state) -> Tuple[bool, int, bool]:
-        done = bool(state["done"][0])
-        frames = int(state["lengths"][0]) if done else \
-            int(state["step"]) * self.reduction_factor
-        return done, frames, bool(state["by_stop"][0])
+        done, frames, by_stop = self.batch_progress(state)
+        return bool(done[0]), int(frames[0]), bool(by_stop[0])
+
+    def batch_frames(self, state, first: int, last: int) -> np.ndarray:
+        """Decoded frames [first, last) of every item, [B, last - first, n_mels]: a frame past
+        an item's end is padding."""
+        r = self.reduction_factor
+        steps = state["frames"][first // r: -(-last // r)].numpy()  # [steps, B, r * n_mels]
+        frames = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1, self.n_mels)
+        return frames[:, first - (first // r) * r:][:, : last - first]
 
     def frames(self, state, first: int, last: int) -> np.ndarray:
-        return tf.reshape(state["frames"][:, 0], [-1, self.n_mels])[first:last].numpy()
+        return self.batch_frames(state, first, last)[0]
+
+    @functools.cached_property
+    def _batch_axes(self) -> Dict[str, Optional[int]]:
+        """Each state tensor's item axis (None: shared by all, the step), from the shapes of a
+        one-item and a two-item decode_start."""
+        one, two = (self._start(tokens=tf.ones([b, 1], tf.int32),
+                                token_lengths=tf.ones([b], tf.int32),
+                                language_ids=tf.zeros([b], tf.int32),
+                                speaker_latents=tf.zeros([b] + self._latent_shape))
+                    for b in (1, 2))
+        return {name: next((axis for axis, (a, b) in enumerate(zip(value.shape, two[name].shape))
+                            if a == 1 and b == 2), None)
+                for name, value in one.items()}
+
+    @functools.cached_property
+    def _latent_shape(self) -> List[int]:
+        return self._start.structured_input_signature[1]["speaker_latents"].shape[1:].as_list()
+
+    def select(self, state, rows: Sequence[int]):
+        """The state of items `rows` only (in that order): ended items leave a batch."""
+        rows = tf.constant(list(rows), tf.int32)
+        return {name: value if self._batch_axes[name] is None else
+                tf.gather(value, rows, axis=self._batch_axes[name])
+                for name, value in state.items()}
 
     def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
         del first_frame
@@ -95,10 +151,21 @@ class ExportedVocoder:
 
 
 class ExportedModel:
-    """An exported model's signatures, and streaming over them."""
+    """An exported model's signatures and assets (config.yaml, vocab.json, model_info.json),
+    and streaming over them."""
 
     def __init__(self, path: str):
         self.path = version_folder(path)
+        assets = os.path.join(self.path, "assets")
+        try:
+            self.config = XTTSConfig.from_yaml(os.path.join(assets, CONFIG_FILE))
+            tokenizer = Tokenizer.load(os.path.join(assets, VOCAB_FILE))
+            with open(os.path.join(assets, MODEL_INFO_FILE), encoding="utf-8") as f:
+                self.model_info = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ExportedModelError(f"{self.path} lacks the assets myxtts-export writes "
+                                     f"(config.yaml, vocab.json, model_info.json): {e}. "
+                                     f"Export the checkpoint again.") from None
         self.saved_model = tf.saved_model.load(self.path)
         signatures = self.saved_model.signatures
         if "decode_steps" not in signatures:
@@ -111,35 +178,47 @@ class ExportedModel:
         self.hop_length = self.info["hop_length"]
         self.decoder = ExportedDecoder(signatures, self.info)
         self.vocoder = ExportedVocoder(signatures, self.info)
+        self.front_end = TextFrontEnd(tokenizer, self.config.data.languages, self.config.model,
+                                      self.info["max_decoder_steps"])
+        export = self.model_info.get("export", {})
+        self.checkpoint = export.get("checkpoint", self.path)
+        # Older exports lack it: their voices cannot be checked against the model.
+        self.fingerprint: Optional[str] = export.get("voice_fingerprint")
 
     # ---- text and voice --------------------------------------------------------------------
-    def tokenize(self, text: str, language: str) -> Tuple[List[int], int]:
-        """(token ids, language id) of one text, by the in-graph front end."""
-        out = self.signatures["tokenize"](text=tf.constant([text]),
-                                         language=tf.constant([language]))
-        length = int(out["token_lengths"][0])
-        return out["tokens"][0, :length].numpy().tolist(), int(out["language_ids"][0])
-
     def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:
-        """(token ids of each sentence, language id), cut like TextFrontEnd.sentences."""
-        info = self.info
-        budget = sentence_token_budget(info["max_text_positions"], info["max_decoder_steps"],
-                                       info["reduction_factor"],
-                                       info["max_frames_per_token_x1000"] / 1000.0)
-        pieces = split_sentences(text, language, budget,
-                                 length=lambda piece: len(self.tokenize(piece, language)[0]))
-        encoded = [self.tokenize(piece, language) for piece in pieces]
-        if not encoded:
-            raise ExportedModelError(f"The text {text!r} is empty.")
-        return [ids for ids, _ in encoded], encoded[0][1]
+        """(token ids of each sentence, language id): the text front end of the checkpoint
+        (TextFrontEnd, from the export's vocab.json and config.yaml), so the errors are the
+        synthesizer's (unknown language, characters outside the vocabulary)."""
+        return self.front_end.sentences(text, language), self.front_end.language_id(language)
 
     def speaker_latents(self, samples: np.ndarray) -> tf.Tensor:
-        """Latents [1, L, d] of mono float32 audio at sample_rate (the reference_mel and
-        speaker_latents signatures)."""
+        """Latents [1, L, d] of mono float32 audio at sample_rate, prepared as
+        reference_audio.load_reference prepares it (the reference_mel and speaker_latents
+        signatures)."""
         samples = np.asarray(samples, np.float32)[None]
         mel = self.signatures["reference_mel"](
             audio=tf.constant(samples), audio_lengths=tf.constant([samples.shape[1]], tf.int32))
         return self.signatures["speaker_latents"](**mel)["speaker_latents"]
+
+    def require_fingerprint(self) -> str:
+        if self.fingerprint is None:
+            raise ExportedModelError(
+                f"{self.path} was exported without a voice fingerprint (an older myxtts-export), "
+                f"so voice files cannot be checked against it: export the checkpoint again.")
+        return self.fingerprint
+
+    def voice(self, path: str, name: Optional[str] = None,
+              min_seconds: Optional[float] = None) -> Voice:
+        """The voice of the reference recording `path` (named `name`), a voices.Voice whose
+        latents this model computed; ReferenceAudioError for an unusable recording."""
+        samples = load_reference(path, self.config.data, name, min_seconds)
+        return Voice(self.speaker_latents(samples)[0].numpy(), self.require_fingerprint(),
+                     (os.path.basename(name or path),), self.checkpoint)
+
+    def latents_of(self, voice: Voice) -> np.ndarray:
+        """[num_speaker_latents, d_model] of `voice`; VoiceMismatchError for another model's."""
+        return voice.latents_for(self.require_fingerprint(), self.checkpoint)
 
     # ---- streaming -------------------------------------------------------------------------
     def stream(self, text: str, language: str, latents, *,

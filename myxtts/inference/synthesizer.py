@@ -31,15 +31,14 @@ import os
 from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import soundfile as sf
 import tensorflow as tf
 
 from myxtts.data import audio as audio_lib
 
-from myxtts.data import audio_io
-from myxtts.errors import MyXTTSError
 from myxtts.inference import streaming
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
+from myxtts.inference.reference_audio import (ReferenceAudioError, load_reference,
+                                              reference_sample_count)
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
 from myxtts.inference.voices import Voice, conditioning_fingerprint
@@ -47,10 +46,6 @@ from myxtts.inference.voices import Voice, conditioning_fingerprint
 logger = logging.getLogger("myxtts.inference")
 
 TOKEN_PADDING = 16
-
-
-class ReferenceAudioError(MyXTTSError, ValueError):
-    """A speaker reference that cannot be read or holds no audio."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +77,7 @@ class Synthesizer:
         self.vocoder = vocoder or GriffinLimVocoder(self.config.data, griffin_lim_iterations)
         self.front_end = TextFrontEnd(self.tokenizer, self.languages, self.config.model,
                                       self.max_decoder_steps)
-        d = self.config.data
-        self.reference_samples = audio_io.samples_for_frames(
-            audio_io.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length),
-            d.hop_length)
+        self.reference_samples = reference_sample_count(self.config.data)
         logger.info("%s", self.vocoder.describe())
 
     @classmethod
@@ -96,24 +88,10 @@ class Synthesizer:
 
     # ---- speaker ---------------------------------------------------------------------------
     def reference_mel(self, path: str) -> np.ndarray:
-        """The log10 mel [T, n_mels] the model sees for reference audio `path`: decoded and
-        resampled like training data, the first data.ref_max_seconds seconds."""
-        d = self.config.data
-        try:
-            samples = audio_io.decode(path, d.sample_rate, d.trim_silence, d.trim_top_db).samples
-        except (OSError, RuntimeError, ValueError, sf.LibsndfileError) as e:
-            raise ReferenceAudioError(
-                f"Cannot read the reference audio {path}: {e}. Pass a readable recording of "
-                f"the target speaker (wav, flac, ogg, mp3 or any format libsndfile reads; "
-                f"m4a/aac/mp4/webm with ffmpeg installed).") from None
-        if samples.size == 0 or not np.all(np.isfinite(samples)):
-            raise ReferenceAudioError(
-                f"The reference audio {path} holds no usable samples (empty or not finite). "
-                f"Pass a {d.ref_min_seconds:g}-{d.ref_max_seconds:g} s recording of the target "
-                f"speaker.")
-        if d.normalize_loudness:
-            samples = audio_io.normalize_loudness(samples, d.target_rms_db)
-        return self.reference_mel_of(samples)
+        """The log10 mel [T, n_mels] the model sees for reference audio `path`
+        (reference_audio.load_reference: decoded and resampled like training data, the first
+        data.ref_max_seconds seconds)."""
+        return self.reference_mel_of(load_reference(path, self.config.data))
 
     def reference_mel_of(self, samples: np.ndarray) -> np.ndarray:
         """The log10 mel of the first data.ref_max_seconds seconds of samples decoded like

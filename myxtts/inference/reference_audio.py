@@ -1,0 +1,62 @@
+"""A speaker reference recording → the samples the speaker encoder reads, without TensorFlow:
+decoded and resampled like training data (silence trimmed when data.trim_silence), loudness
+normalised when data.normalize_loudness, cut to the first data.ref_max_seconds. The Synthesizer
+and the speech server (myxtts.serving) prepare references with it, so a voice made by either
+from the same recording has the same latents.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import soundfile as sf
+
+from myxtts.config import DataConfig
+from myxtts.data import audio_io
+from myxtts.errors import MyXTTSError
+
+
+class ReferenceAudioError(MyXTTSError, ValueError):
+    """A speaker reference that cannot be read, holds no audio or is too short."""
+
+
+def reference_sample_count(data: DataConfig) -> int:
+    """The most samples of a reference the model reads: the data.ref_max_seconds whose frames
+    the log-mel gives exactly."""
+    return audio_io.samples_for_frames(
+        audio_io.num_frames(int(data.ref_max_seconds * data.sample_rate), data.hop_length),
+        data.hop_length)
+
+
+def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
+                   min_seconds: Optional[float] = None) -> np.ndarray:
+    """Float32 samples of the reference recording `path` (named `name` in messages, default
+    the path), prepared like training data and cut to reference_sample_count. With
+    `min_seconds`, a recording shorter than that (after trimming) is refused."""
+    name = name or path
+    try:
+        samples = audio_io.decode(path, data.sample_rate, data.trim_silence,
+                                  data.trim_top_db).samples
+    except (OSError, RuntimeError, ValueError, sf.LibsndfileError) as e:
+        problem = str(e).replace(path, name).rstrip(".")
+        raise ReferenceAudioError(
+            f"Cannot read the reference audio {name}: {problem}. Pass a readable recording of "
+            f"the target speaker (wav, flac, ogg, mp3 or any format libsndfile reads; "
+            f"m4a/aac/mp4/webm with ffmpeg installed).") from None
+    if samples.size == 0 or not np.all(np.isfinite(samples)) or \
+            float(np.max(np.abs(samples))) < audio_io.SILENCE_PEAK:
+        raise ReferenceAudioError(
+            f"The reference audio {name} holds no usable samples (empty, silent or not "
+            f"finite). Pass a {data.ref_min_seconds:g}-{data.ref_max_seconds:g} s recording "
+            f"of the target speaker.")
+    seconds = samples.size / data.sample_rate
+    if min_seconds is not None and seconds < min_seconds:
+        raise ReferenceAudioError(
+            f"The reference audio {name} holds {seconds:.2f} s of sound"
+            f"{' after silence trimming' if data.trim_silence else ''}, less than the "
+            f"{min_seconds:g} s a voice needs. Pass a longer recording of the target speaker "
+            f"({data.ref_min_seconds:g}-{data.ref_max_seconds:g} s of speech).")
+    if data.normalize_loudness:
+        samples = audio_io.normalize_loudness(samples, data.target_rms_db)
+    return samples[: reference_sample_count(data)]

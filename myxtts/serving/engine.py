@@ -1,0 +1,223 @@
+"""The speech engine of myxtts-serve: concurrent requests decoded together in batches.
+
+    engine = SpeechEngine(ExportedModel("models/myxtts"), max_batch=8, max_wait_ms=30)
+    engine.start()
+    job = SpeechJob(sentences, language_id, latents, speed, on_audio, on_end)
+    engine.submit(job)          # on_audio(samples) in order from engine threads, then on_end()
+
+Every sentence of every request is one item. A worker takes the oldest waiting item, waits at
+most `max_wait_ms` (from that item's arrival) for more to arrive, and decodes up to `max_batch`
+items as one batch through the export's streaming signatures (ExportedDecoder.start_batch /
+steps): every decoder step runs once for the whole batch, which is where concurrency pays on a
+CPU, whose cores a single small decode cannot fill. The batch runs a chunk of steps at a time
+(the first small, for an early first byte, then doubling up to CHUNK_STEPS, as in
+myxtts.inference.streaming); after each chunk the items that ended (or whose client went away)
+leave the batch (ExportedDecoder.select), so the rest decode at the cost of what is left. Each
+item's new frames pass through its own postnet and vocoder windows (streaming.WindowedStage) and
+the speaking rate (tempo.MelTempo) in a second thread (streaming.ahead), so decoding and
+vocoding overlap; the audio reaches its request in sentence order with the pause between
+sentences that Synthesizer.stream puts there. WORKERS workers run batches side by side, so a
+request that arrives while a batch decodes starts without waiting for it to end.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from myxtts.inference import streaming
+from myxtts.inference.exported_model import ExportedModel
+from myxtts.inference.tempo import MelTempo
+
+logger = logging.getLogger("myxtts.serving")
+
+WORKERS = 2  # batches decoding side by side (one per core of a 2-core machine)
+
+
+class SpeechJob:
+    """One request: its sentences' token ids, the language, the voice's latents [L, d] and the
+    speed. `on_audio(samples)` gets float32 chunks in order, then `on_end(error)` once (None:
+    all audio was given); both are called from engine threads."""
+
+    def __init__(self, sentences: Sequence[Sequence[int]], language_id: int,
+                 latents: np.ndarray, speed: float,
+                 on_audio: Callable[[np.ndarray], None],
+                 on_end: Callable[[Optional[BaseException]], None], sample_rate: int):
+        self.sentences = [list(ids) for ids in sentences]
+        self.language_id = int(language_id)
+        self.latents = np.asarray(latents, np.float32)
+        self.speed = float(speed)
+        self.on_audio, self.on_end = on_audio, on_end
+        self.sample_rate = sample_rate
+        self.cancelled = threading.Event()  # the client went away: decode no more of it
+        self._lock = threading.Lock()
+        self._next = 0  # the sentence whose audio is given now
+        self._held: Dict[int, List[np.ndarray]] = {}  # audio of later sentences, held back
+        self._finished: set = set()
+        self._ended = False
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def audio(self, index: int, samples: Optional[np.ndarray], final: bool) -> None:
+        """Audio of sentence `index` (its last when `final`); given on in sentence order."""
+        with self._lock:
+            if self._ended:
+                return
+            if samples is not None and samples.size:
+                self._held.setdefault(index, []).append(samples)
+            if final:
+                self._finished.add(index)
+            while True:
+                for chunk in self._held.pop(self._next, []):
+                    self.on_audio(chunk)
+                if self._next not in self._finished:
+                    return
+                self._next += 1
+                if self._next == len(self.sentences):
+                    self._ended = True
+                    self.on_end(None)
+                    return
+                self.on_audio(streaming.pause(self.sample_rate))
+
+    def fail(self, error: BaseException) -> None:
+        with self._lock:
+            if not self._ended:
+                self._ended = True
+                self.on_end(error)
+
+
+class _Item:
+    """One sentence of a job in a batch, with its postnet, tempo and vocoder windows."""
+
+    def __init__(self, job: SpeechJob, index: int, model: ExportedModel):
+        self.job, self.index = job, index
+        self.ids = job.sentences[index]
+        self.arrived = time.monotonic()
+        decoder, vocoder = model.decoder, model.vocoder
+        self.postnet = streaming.WindowedStage(decoder.postnet, decoder.postnet_context)
+        self.tempo = MelTempo(job.speed)
+        self.vocode = streaming.WindowedStage(vocoder.window, vocoder.receptive_field,
+                                              model.hop_length, streaming.CROSSFADE_SAMPLES)
+
+    def push(self, mel_before: np.ndarray, final: bool) -> None:
+        mel = self.tempo.push(self.postnet.push(mel_before, final), final)
+        waveform = self.vocode.push(mel, final)
+        self.job.audio(self.index,
+                       None if waveform is None else waveform.astype(np.float32), final)
+
+
+class SpeechEngine:
+    """Batches the sentences of concurrent jobs (see the module docstring)."""
+
+    def __init__(self, model: ExportedModel, max_batch: int = 8, max_wait_ms: float = 30.0,
+                 workers: int = WORKERS, chunk_steps: int = streaming.CHUNK_STEPS,
+                 on_batch: Optional[Callable[[int], None]] = None):
+        if max_batch < 1 or max_wait_ms < 0:
+            raise ValueError(f"max_batch {max_batch} must be >= 1 and max_wait_ms "
+                             f"{max_wait_ms} >= 0")
+        self.model = model
+        self.max_batch, self.max_wait = int(max_batch), max_wait_ms / 1000.0
+        self.chunk_steps = chunk_steps
+        self.first_chunk_steps = streaming.default_first_chunk_steps(
+            model.decoder, model.vocoder.receptive_field, model.hop_length)
+        self.on_batch = on_batch or (lambda size: None)
+        self._pending: List[_Item] = []
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._threads = [threading.Thread(target=self._work, name=f"myxtts-engine-{i}",
+                                          daemon=True) for i in range(workers)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Ends the workers once the batches they run are done; waiting items fail."""
+        with self._cond:
+            self._stopping = True
+            waiting, self._pending = self._pending, []
+            self._cond.notify_all()
+        for item in waiting:
+            item.job.fail(RuntimeError("the server is shutting down"))
+        for thread in self._threads:
+            thread.join()
+
+    @property
+    def queue_depth(self) -> int:
+        """Sentences waiting for a batch."""
+        return len(self._pending)
+
+    def submit(self, job: SpeechJob) -> None:
+        items = [_Item(job, index, self.model) for index in range(len(job.sentences))]
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("the server is shutting down")
+            self._pending.extend(items)
+            self._cond.notify_all()
+
+    # ---- workers -----------------------------------------------------------------------------
+    def _take_batch(self) -> Optional[List[_Item]]:
+        """The next batch (None: stopping): the oldest waiting items, once max_batch wait or the
+        oldest has waited max_wait."""
+        with self._cond:
+            while True:
+                self._pending = [i for i in self._pending if not i.job.cancelled.is_set()]
+                if self._stopping:
+                    return None
+                if self._pending:
+                    remaining = self._pending[0].arrived + self.max_wait - time.monotonic()
+                    if len(self._pending) >= self.max_batch or remaining <= 0:
+                        batch = self._pending[: self.max_batch]
+                        del self._pending[: self.max_batch]
+                        return batch
+                    self._cond.wait(remaining)
+                else:
+                    self._cond.wait()
+
+    def _work(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            self.on_batch(len(batch))
+            try:
+                self._run(batch)
+            except Exception as e:  # pylint: disable=broad-except  (each request gets it)
+                logger.exception("A batch of %d sentences failed", len(batch))
+                for item in batch:
+                    item.job.fail(e)
+
+    def _decoded_chunks(self, batch: List[_Item]):
+        """[(item, its new frames before the postnet, ended)] a chunk of decoder steps at a
+        time; ended and cancelled items leave the batch."""
+        decoder = self.model.decoder
+        state = decoder.start_batch([item.ids for item in batch],
+                                    [item.job.language_id for item in batch],
+                                    np.stack([item.job.latents for item in batch]))
+        rows, taken, steps = list(batch), 0, self.first_chunk_steps
+        while rows:
+            state = decoder.steps(state, steps)
+            done, frames, _ = decoder.batch_progress(state)
+            mel = decoder.batch_frames(state, taken, int(frames.max()))
+            yield [(item, mel[row, : frames[row] - taken], bool(done[row]))
+                   for row, item in enumerate(rows)]
+            keep = [row for row, item in enumerate(rows)
+                    if not done[row] and not item.job.cancelled.is_set()]
+            if not keep:
+                return
+            if len(keep) < len(rows):
+                state = decoder.select(state, keep)
+                rows = [rows[row] for row in keep]
+            taken = int(frames[keep[0]])
+            steps = min(2 * steps, self.chunk_steps)
+
+    def _run(self, batch: List[_Item]) -> None:
+        for chunk in streaming.ahead(self._decoded_chunks(batch)):
+            for item, mel, done in chunk:
+                if not item.job.cancelled.is_set():
+                    item.push(mel, done)
