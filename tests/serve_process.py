@@ -1,0 +1,110 @@
+"""A real `myxtts-serve` process on 127.0.0.1 for the server tests, over a tiny export.
+
+    export = tiny_export(folder)            # folder/models/myxtts/1, made once per test run
+    with ServerProcess(folder) as server:   # python -m myxtts.serve --model models/myxtts ...
+        httpx.get(server.url + "/health")   #   started in `folder`, relative paths
+
+The export is an untrained tiny checkpoint (tests.inference_helpers): decodes run to their
+length cap, which is what the server's plumbing needs, not speech.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+
+from tests.inference_helpers import GRIFFIN_LIM_ITERS, REFERENCE_AUDIO, make_checkpoint
+
+EXPORT = os.path.join("models", "myxtts")  # relative to the folder the server starts in
+SERVE_DECODER_STEPS = 40
+START_SECONDS = 120  # TensorFlow import + SavedModel load on a busy 2-core machine
+
+
+def tiny_export(folder: str) -> str:
+    """Exports an untrained tiny checkpoint to folder/models/myxtts (once); returns that path."""
+    export_dir = os.path.join(folder, EXPORT)
+    if not os.path.isdir(os.path.join(export_dir, "1")):
+        # pylint: disable=import-outside-toplevel  (TensorFlow only in the tests that need it)
+        from myxtts.exporters.registry import exporter
+        checkpoint_dir = os.path.join(folder, "runs", "tiny")
+        make_checkpoint(checkpoint_dir)
+        exporter("tf_serving")(checkpoint_dir, export_dir, max_decoder_steps=SERVE_DECODER_STEPS,
+                               griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+    return export_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m myxtts.serve --model models/myxtts --port P ...extra` started in `folder`
+    (stdout and stderr in folder/serve-<port>.log), ready once /health answers."""
+
+    def __init__(self, folder: str, *extra: str):
+        self.folder, self.extra = folder, list(extra)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(folder, f"serve-{self.port}.log")
+        self.process = None
+
+    def start(self) -> "ServerProcess":
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.pop("MYXTTS_API_KEY", None)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "myxtts.serve", "--model", EXPORT, "--port",
+                 str(self.port), *self.extra], cwd=self.folder, stdout=log,
+                stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"myxtts-serve exited with {self.process.returncode}:\n"
+                                     f"{self.log()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        self.kill()
+        raise AssertionError(f"myxtts-serve did not answer /health in {START_SECONDS} s:\n"
+                             f"{self.log()}")
+
+    def log(self) -> str:
+        with open(self.log_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM, then its exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL (kill -9)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                self.terminate()
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def upload_reference(client: httpx.Client, name: str, path: str = REFERENCE_AUDIO,
+                     **headers) -> httpx.Response:
+    with open(path, "rb") as f:
+        return client.post("/v1/voices", files={"file": (os.path.basename(path), f)},
+                           data={"name": name}, headers=headers)
