@@ -19,6 +19,7 @@ import os
 from typing import Optional, Sequence
 
 from myxtts.cli import UsageError, entry_point, quiet_tensorflow_start, require_path
+from myxtts.serving import WORKERS
 
 logger = logging.getLogger("myxtts")
 
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Most sentences decoded together.")
     p.add_argument("--max-wait-ms", type=float, default=30.0,
                    help="Longest a request waits for others to share its batch.")
+    p.add_argument("--workers", type=int, default=WORKERS,
+                   help="Batches decoded side by side (each decodes up to --max-batch "
+                        "sentences; a request arriving while one batch runs starts in another).")
     p.add_argument("--max-upload-mb", type=float, default=20.0,
                    help="Largest reference recording POST /v1/voices accepts.")
     p.add_argument("--verbose", action="store_true",
@@ -57,6 +61,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--port {args.port} must be 0-65535.")
     if args.max_batch < 1:
         raise UsageError(f"--max-batch {args.max_batch} must be 1 or more.")
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers} must be 1 or more.")
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms {args.max_wait_ms} must be 0 or more.")
     if args.max_upload_mb <= 0:
@@ -87,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     store = VoiceStore(args.voices_dir, model.require_fingerprint(), model.checkpoint)
     metrics = ServerMetrics()
     engine = SpeechEngine(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                          on_batch=metrics.batch_size.observe)
+                          workers=args.workers, on_batch=metrics.batch_size.observe)
     name = model_name(args.model)
     app = create_app(model, store, engine, metrics, name, api_key=args.api_key,
                      limits=UploadLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)))

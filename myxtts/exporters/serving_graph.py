@@ -162,8 +162,7 @@ class ServingModule(tf.Module):
         return {"mel": self.model.postnet(mel_before, tf.ones(tf.shape(mel_before)[:2], tf.bool))}
 
     def vocode_window(self, mel, first_frame):
-        return {"waveform": tf.map_fn(lambda item: self.vocoder.window(item, first_frame), mel,
-                                      fn_output_signature=tf.float32)}
+        return {"waveform": self.vocoder.windows(mel, first_frame)}
 
     def streaming_info(self):
         d, m = self.data_config, self.model_config

@@ -134,8 +134,12 @@ class ExportedDecoder:
                 for name, value in state.items()}
 
     def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
-        del first_frame
-        return self._postnet(mel_before=tf.constant(mel_before[None], tf.float32))["mel"][0]
+        return self.postnet_batch(mel_before[None], first_frame)[0]
+
+    def postnet_batch(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        """The postnet over windows [B, T, n_mels] of decoded frames, all valid."""
+        del first_frame  # the postnet does not depend on where a window starts
+        return self._postnet(mel_before=tf.constant(mel_before, tf.float32))["mel"].numpy()
 
 
 class ExportedVocoder:
@@ -146,8 +150,13 @@ class ExportedVocoder:
         self.receptive_field = info["vocoder_context"]
 
     def window(self, mel, first_frame: int = 0) -> np.ndarray:
-        return self._window(mel=tf.constant(np.asarray(mel)[None], tf.float32),
-                            first_frame=tf.constant(first_frame, tf.int32))["waveform"][0]
+        return self.window_batch(np.asarray(mel)[None], first_frame)[0]
+
+    def window_batch(self, mel: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        """Waveforms [B, S] of mel windows [B, T, n_mels] that start at `first_frame` of their
+        utterances."""
+        return self._window(mel=tf.constant(mel, tf.float32),
+                            first_frame=tf.constant(first_frame, tf.int32))["waveform"].numpy()
 
 
 class ExportedModel:

@@ -60,10 +60,21 @@ class WindowedStage:
         self.base = 0
         self.emitted = 0  # input frames whose outputs were given
         self.tail: Optional[np.ndarray] = None  # the last window's outputs past `emitted`
+        self._taken: Tuple[int, int, bool] = (0, 0, False)  # (start, ready, final) of `take`
 
     def push(self, frames: Optional[np.ndarray], final: bool) -> Optional[np.ndarray]:
         """Adds input frames (None: none); returns the outputs that are now final (all the
         rest once `final`: no more input follows), None while there are none."""
+        window = self.take(frames, final)
+        if window is None:
+            return None
+        return self.give(self.function(*window))
+
+    def take(self, frames: Optional[np.ndarray], final: bool
+             ) -> Optional[Tuple[np.ndarray, int]]:
+        """The first half of `push`: adds the frames and returns the window to run the function
+        on, (inputs, first frame), or None; `give` takes the function's outputs. Windows of
+        several stages can so be run as one batch (myxtts.serving)."""
         if frames is not None:
             frames = np.asarray(frames)
             self.buffer = frames if self.buffer is None else \
@@ -78,7 +89,13 @@ class WindowedStage:
             return None
         start = max(0, self.emitted - self.context)
         stop = total if final else ready + self.tail_frames + self.context
-        out = np.asarray(self.function(self.buffer[start - self.base: stop - self.base], start))
+        self._taken = (start, ready, final)
+        return self.buffer[start - self.base: stop - self.base], start
+
+    def give(self, out) -> np.ndarray:
+        """The second half of `push`: the final outputs of the window `take` returned."""
+        start, ready, final = self._taken
+        out = np.asarray(out)
         low = (self.emitted - start) * self.per_frame
         high = len(out) if final else (ready - start) * self.per_frame
         chunk = out[low:high].copy()

@@ -82,6 +82,11 @@ class GriffinLimVocoder:
         `first_frame` of an utterance (their starting phases are the utterance's)."""
         return self.griffin_lim(mel, first_frame)
 
+    def windows(self, mel, first_frame=0) -> tf.Tensor:
+        """`window` of each of mel windows [B, T, n_mels] that start at the same frame."""
+        return tf.map_fn(lambda item: self.griffin_lim(item, first_frame), mel,
+                         fn_output_signature=tf.float32)
+
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
         waveform = tf.map_fn(self.griffin_lim, floored, fn_output_signature=tf.float32)
@@ -132,8 +137,13 @@ class NeuralVocoder:
     @functools.cached_property
     def _window(self):
         def run(mel):
-            return tf.clip_by_value(self.generator(mel[None], training=False), -1.0, 1.0)[0]
+            return self.windows(mel[None])[0]
         return tf.function(run, reduce_retracing=True)
+
+    def windows(self, mel, first_frame=0) -> tf.Tensor:  # pylint: disable=unused-argument
+        """`window` of each of mel windows [B, T, n_mels], as one batch through the
+        generator."""
+        return tf.clip_by_value(self.generator(mel, training=False), -1.0, 1.0)
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         return self._batch(tf.convert_to_tensor(mel, tf.float32),

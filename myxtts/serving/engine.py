@@ -14,10 +14,12 @@ CPU, whose cores a single small decode cannot fill. The batch runs a chunk of st
 myxtts.inference.streaming); after each chunk the items that ended (or whose client went away)
 leave the batch (ExportedDecoder.select), so the rest decode at the cost of what is left. Each
 item's new frames pass through its own postnet and vocoder windows (streaming.WindowedStage) and
-the speaking rate (tempo.MelTempo) in a second thread (streaming.ahead), so decoding and
-vocoding overlap; the audio reaches its request in sentence order with the pause between
-sentences that Synthesizer.stream puts there. WORKERS workers run batches side by side, so a
-request that arrives while a batch decodes starts without waiting for it to end.
+speaking rate (tempo.MelTempo) in a second thread (streaming.ahead), so decoding and vocoding
+overlap; the items decode in step, so their windows mostly have one shape and run as one batch
+through the postnet_window and vocode_window signatures (`run_windows`). The audio reaches its
+request in sentence order with the pause between sentences that Synthesizer.stream puts there.
+WORKERS workers run batches side by side, so a request that arrives while a batch decodes
+starts without waiting for it to end.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ import numpy as np
 from myxtts.inference import streaming
 from myxtts.inference.exported_model import ExportedModel
 from myxtts.inference.tempo import MelTempo
+from myxtts.serving import WORKERS
 
 logger = logging.getLogger("myxtts.serving")
-
-WORKERS = 2  # batches decoding side by side (one per core of a 2-core machine)
 
 
 class SpeechJob:
@@ -104,11 +105,23 @@ class _Item:
         self.vocode = streaming.WindowedStage(vocoder.window, vocoder.receptive_field,
                                               model.hop_length, streaming.CROSSFADE_SAMPLES)
 
-    def push(self, mel_before: np.ndarray, final: bool) -> None:
-        mel = self.tempo.push(self.postnet.push(mel_before, final), final)
-        waveform = self.vocode.push(mel, final)
-        self.job.audio(self.index,
-                       None if waveform is None else waveform.astype(np.float32), final)
+
+def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Optional[np.ndarray]],
+                finals: Sequence[bool], batch_function) -> List[Optional[np.ndarray]]:
+    """WindowedStage.push of every stage with its frames, the windows of equal shape and first
+    frame run as one call of `batch_function(windows [B, T, ...], first_frame)`: the items
+    of a batch decode in step, so their windows mostly agree."""
+    windows = [stage.take(f, final) for stage, f, final in zip(stages, frames, finals)]
+    groups: Dict[tuple, List[int]] = {}
+    for k, window in enumerate(windows):
+        if window is not None:
+            groups.setdefault((window[0].shape, window[1]), []).append(k)
+    outputs: List[Optional[np.ndarray]] = [None] * len(stages)
+    for (_, first_frame), members in groups.items():
+        results = batch_function(np.stack([windows[k][0] for k in members]), first_frame)
+        for k, result in zip(members, results):
+            outputs[k] = stages[k].give(result)
+    return outputs
 
 
 class SpeechEngine:
@@ -217,7 +230,16 @@ class SpeechEngine:
             steps = min(2 * steps, self.chunk_steps)
 
     def _run(self, batch: List[_Item]) -> None:
+        decoder, vocoder = self.model.decoder, self.model.vocoder
         for chunk in streaming.ahead(self._decoded_chunks(batch)):
-            for item, mel, done in chunk:
-                if not item.job.cancelled.is_set():
-                    item.push(mel, done)
+            live = [(item, mel, done) for item, mel, done in chunk
+                    if not item.job.cancelled.is_set()]
+            items = [item for item, _, _ in live]
+            finals = [done for _, _, done in live]
+            mels = run_windows([item.postnet for item in items], [mel for _, mel, _ in live],
+                               finals, decoder.postnet_batch)
+            mels = [item.tempo.push(mel, done) for item, mel, done in zip(items, mels, finals)]
+            waveforms = run_windows([item.vocode for item in items], mels, finals,
+                                    vocoder.window_batch)
+            for item, waveform, done in zip(items, waveforms, finals):
+                item.job.audio(item.index, waveform, done)
