@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from myxtts.inference import streaming
+from myxtts.inference.model_decoder import ModelDecoder
 from myxtts.inference.synthesizer import TOKEN_PADDING, Synthesizer
 from myxtts.inference.vocoding import load_vocoder
 from tests.inference_helpers import REFERENCE_AUDIO, make_checkpoint, shared_vocoder_checkpoint
@@ -197,7 +198,7 @@ class StreamingTest(unittest.TestCase):
     def test_first_chunk_comes_before_the_decode_ends(self):
         synth = self.synths["vocos"]
         ids = synth.encode(TEXT, "en")
-        decoder = _Recording(streaming.ModelDecoder(synth.model, MAX_STEPS, TOKEN_PADDING))
+        decoder = _Recording(ModelDecoder(synth.model, MAX_STEPS, TOKEN_PADDING))
         chunks = streaming.stream_decode(decoder, synth.vocoder, 16000, 256, [ids], 0,
                                          self.latents, chunk_steps=5)
         first = next(chunks)

@@ -93,7 +93,7 @@ class LogMel:
         self._bins = int(np.flatnonzero(filters.any(axis=1)).max()) + 1
         self._bands = mel_bands(filters[:self._bins])
         # librosa's window: periodic Hann of win_length, zero-padded to n_fft in the centre.
-        self._window = librosa.util.pad_center(
+        self.window = librosa.util.pad_center(
             librosa.filters.get_window("hann", win_length, fftbins=True), size=n_fft)
         self.xla_parts = xla_parts
         self.chunk_frames = chunk_frames
@@ -175,7 +175,7 @@ class LogMel:
         # energy into quiet bins, which moves near-floor log10 mels by more than 1e-3.
         # Whatever changes these numbers must bump cache.FORMAT_VERSION: cached features are
         # keyed by the audio settings and that version, so they are then rebuilt.
-        spectrum = tf.signal.rfft(tf.cast(frames, tf.float64) * tf.constant(self._window))
+        spectrum = tf.signal.rfft(tf.cast(frames, tf.float64) * tf.constant(self.window))
         magnitude = tf.cast(tf.abs(spectrum[:, :self._bins]), tf.float32)
         mel = tf.concat([tf.matmul(magnitude[:, first:end], tf.constant(weights))
                          for first, end, weights in self._bands], 1)

@@ -1,5 +1,6 @@
 """Exporters by format: each turns a checkpoint directory into files another runtime loads
-(`tf_serving`: a versioned SavedModel and models.config, myxtts.exporters.tf_serving). A format
+(`tf_serving`: a versioned SavedModel and models.config, myxtts.exporters.tf_serving;
+`tflite` and `onnx`: the model in static-shape parts for myxtts.lite, myxtts.exporters.edge). A format
 registers its function with `@register(name)`; `exporter(name)` imports its module on first
 use, so a format's dependencies (TF Serving's protos, a converter) load only when it is used.
 """
@@ -10,7 +11,8 @@ import importlib
 from typing import Callable, Dict, List
 
 # Format → the module that registers it.
-_MODULES = {"tf_serving": "myxtts.exporters.tf_serving"}
+_MODULES = {"tf_serving": "myxtts.exporters.tf_serving", "tflite": "myxtts.exporters.edge",
+            "onnx": "myxtts.exporters.edge"}
 _EXPORTERS: Dict[str, Callable] = {}
 
 

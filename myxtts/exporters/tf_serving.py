@@ -30,6 +30,7 @@ from tensorflow_serving.config import model_server_config_pb2
 from myxtts.atomic_write import atomic_write
 from myxtts.exporters.registry import register
 from myxtts.exporters.serving_graph import ServingModule
+from myxtts.exporters.versions import publish_version
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, load_vocoder
 from myxtts.inference.voices import conditioning_fingerprint
@@ -47,28 +48,6 @@ class ExportResult:
     signatures: List[str]
     models_config: str
     seconds: float
-
-
-def existing_versions(export_dir: str) -> List[int]:
-    if not os.path.isdir(export_dir):
-        return []
-    return sorted(int(n) for n in os.listdir(export_dir) if n.isdigit())
-
-
-def _publish(staged: str, export_dir: str) -> int:
-    """Renames the staged SavedModel to the next free version number (max existing + 1)."""
-    while True:
-        version = max(existing_versions(export_dir), default=0) + 1
-        target = os.path.join(export_dir, str(version))
-        if os.path.lexists(target):  # a concurrent export took it after we listed
-            continue
-        try:
-            os.rename(staged, target)
-        except OSError:
-            if os.path.lexists(target):
-                continue
-            raise
-        return version
 
 
 def update_models_config(export_dir: str, model_name: str, base_path: str) -> str:
@@ -130,7 +109,7 @@ def export_tf_serving(checkpoint_dir: str, export_dir: str, *, checkpoint: Optio
             logger.info("%s", module.vocoder.describe())
             signatures = module.signatures()
             tf.saved_model.save(module, staged, signatures=signatures)
-        version = _publish(staged, export_dir)
+        version = publish_version(staged, export_dir)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise

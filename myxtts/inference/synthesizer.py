@@ -37,6 +37,7 @@ from myxtts.data import audio as audio_lib
 
 from myxtts.inference import streaming
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
+from myxtts.inference.model_decoder import ModelDecoder
 from myxtts.inference.reference_audio import (ReferenceAudioError, load_reference,
                                               reference_sample_count)
 from myxtts.inference.text_front_end import TextFrontEnd
@@ -199,8 +200,8 @@ class Synthesizer:
                                 self.max_decoder_steps)
 
     @functools.cached_property
-    def _stream_decoder(self) -> streaming.ModelDecoder:
-        return streaming.ModelDecoder(self.model, self.max_decoder_steps, TOKEN_PADDING)
+    def _stream_decoder(self) -> ModelDecoder:
+        return ModelDecoder(self.model, self.max_decoder_steps, TOKEN_PADDING)
 
     def synthesize_tokens(self, ids: List[int], language_id: int,
                           latents) -> Tuple[np.ndarray, np.ndarray]:

@@ -18,8 +18,9 @@ forward pass.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -153,6 +154,26 @@ def in_xla_context() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
+_STATIC_BLOCKS = []  # open static_shapes() blocks
+
+
+@contextlib.contextmanager
+def static_shapes() -> Iterator[None]:
+    """Functions traced inside the block take the static-shape path XLA takes (scatter writes
+    into full-size decode buffers, masks instead of slices): the on-device exporters'
+    graphs (myxtts.exporters.edge), whose runtimes want static shapes and lack InplaceUpdate."""
+    _STATIC_BLOCKS.append(True)
+    try:
+        yield
+    finally:
+        _STATIC_BLOCKS.pop()
+
+
+def in_static_context() -> bool:
+    """True while tracing for XLA (in_xla_context) or inside static_shapes()."""
+    return bool(_STATIC_BLOCKS) or in_xla_context()
+
+
 # ---- decode buffers ------------------------------------------------------------------------
 # A decode buffer is slot-major, [S, ...]: slot s holds what decode step s produced. Writing a
 # step costs the same whatever S is: under XLA a scatter is updated in place; in a plain graph
@@ -162,7 +183,7 @@ def in_xla_context() -> bool:
 def slot_buffer(slots: int, shape, dtype) -> tf.Tensor:
     """A new zero buffer [slots, *shape] for `write_slot`; call it once per buffer."""
     shape = tf.concat([[slots], tf.cast(shape, tf.int32)], axis=0)
-    if in_xla_context():
+    if in_static_context():
         return tf.zeros(shape, dtype)
     return tf.raw_ops.Empty(shape=shape, dtype=dtype, init=True)
 
@@ -170,7 +191,7 @@ def slot_buffer(slots: int, shape, dtype) -> tf.Tensor:
 def write_slot(buffer: tf.Tensor, position, value: tf.Tensor) -> tf.Tensor:
     """buffer [S, ...] from `slot_buffer` with slot `position` (scalar int32) set to value [...].
     The input buffer must not be used after this call (the graph path writes into it)."""
-    if in_xla_context():
+    if in_static_context():
         return tf.tensor_scatter_nd_update(buffer, [[position]], tf.expand_dims(value, 0))
     return tf.raw_ops.InplaceUpdate(x=buffer, i=[position], v=tf.expand_dims(value, 0))
 
@@ -179,7 +200,7 @@ def written_slots(buffer: tf.Tensor, position) -> tf.Tensor:
     """Slots 0..position of a decode buffer, for attending over them. A plain graph takes only
     those slots (a slice along the slot axis is a view, and the work of a step grows with the
     position, not with S); XLA needs static shapes and takes all S slots (mask the rest)."""
-    if in_xla_context():
+    if in_static_context():
         return buffer
     return buffer[:position + 1]
 
@@ -226,7 +247,7 @@ def attend_slots(q: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, position) -> 
     masked; a plain graph passes only slots 0..position). Returns [B, H, Dh]."""
     scale = tf.cast(1.0 / math.sqrt(q.shape[-1]), q.dtype)
     logits = tf.cast(tf.reduce_sum(keys * (q * scale), axis=-1), tf.float32)  # [S', B, H]
-    if in_xla_context():
+    if in_static_context():
         visible = tf.reshape(tf.range(_length(keys, 0)) <= position, [-1, 1, 1])
         logits = tf.where(visible, logits, tf.constant(_MASKED_LOGIT, tf.float32))
     # softmax over the slot axis (tf.nn.softmax on axis 0 would transpose twice)

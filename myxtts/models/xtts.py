@@ -52,7 +52,7 @@ from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
-                                  in_xla_context, key_padding_mask, length_mask, norm_weights,
+                                  in_static_context, key_padding_mask, length_mask, norm_weights,
                                   slot_buffer, window_mask, write_slot)
 
 
@@ -411,7 +411,7 @@ class XTTSModel(keras.Model):
         item's frames only (its cost follows the decode, not max_steps); XLA needs static
         shapes and runs all frames."""
         frames = tf.shape(mel_before)[1]
-        if in_xla_context():
+        if in_static_context():
             return self.postnet(mel_before, length_mask(lengths, frames))
         used = tf.reduce_max(lengths)
         mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))

@@ -28,7 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from myxtts.models.layers import indexed
+from myxtts.models.layers import in_static_context, indexed
 
 # Vocos clips the predicted magnitude at 1e2 (exp of the log-magnitude) against overflow.
 MAX_LOG_MAGNITUDE = math.log(1e2)
@@ -121,14 +121,31 @@ class VocosGenerator(keras.Model):
         bins = self.n_fft // 2 + 1
         magnitude = tf.exp(tf.minimum(out[..., :bins], MAX_LOG_MAGNITUDE))
         phase = out[..., bins:]
-        spectrum = tf.complex(magnitude * tf.cos(phase), magnitude * tf.sin(phase))
-        return self._inverse_stft(spectrum)
+        real, imag = magnitude * tf.cos(phase), magnitude * tf.sin(phase)
+        if in_static_context():  # on-device graphs: no complex tensors, no IRFFT op
+            frames = self._inverse_rfft_as_matmul(real, imag)
+        else:
+            frames = tf.signal.irfft(tf.complex(real, imag), [self.n_fft])
+        return self._inverse_stft(frames)
 
-    def _inverse_stft(self, spectrum):
-        """[B, T, bins] complex → [B, T * hop] float32, frame i centred on sample i * hop."""
-        frames = tf.signal.irfft(spectrum, [self.n_fft]) * self._window
+    def _inverse_rfft_as_matmul(self, real, imag):
+        """tf.signal.irfft of real + i*imag [B, T, bins] as two matrix products with the inverse
+        real DFT's cosine and sine bases (the imaginary parts of bins 0 and n_fft/2 are
+        ignored, as irfft does)."""
+        n, bins = self.n_fft, self.n_fft // 2 + 1
+        k = np.arange(bins)[:, None]
+        angle = 2.0 * np.pi * k * np.arange(n)[None, :] / n
+        weight = np.where((k == 0) | (k == n // 2), 1.0, 2.0) / n
+        cos = tf.constant((weight * np.cos(angle)).astype(np.float32))
+        sin = tf.constant((weight * np.sin(angle)).astype(np.float32))
+        return tf.matmul(real, cos) - tf.matmul(imag, sin)
+
+    def _inverse_stft(self, frames):
+        """Frames [B, T, n_fft] of the inverse FFT → [B, T * hop] float32, frame i centred on
+        sample i * hop."""
+        frames = frames * self._window
         audio = tf.signal.overlap_and_add(frames, self.hop_length)
-        count = tf.shape(spectrum)[1]
+        count = tf.shape(frames)[1]
         envelope = tf.signal.overlap_and_add(
             tf.tile(tf.square(self._window)[None], [count, 1]), self.hop_length)
         audio = audio / tf.maximum(envelope, self._envelope_floor)

@@ -1,0 +1,262 @@
+"""On-device export: the model in parts, each a static-shape graph of builtin ops, as LiteRT
+(`tflite`) or ONNX (`onnx`) files plus a JSON manifest; myxtts.lite runs the decode loop in host
+code over them, without TensorFlow (the llama.onnx pattern: one decode step with an explicit
+cache, the loop outside).
+
+    myxtts-export --format tflite --checkpoint-dir runs/quick --vocoder-dir runs/vocos \
+        --export-dir models/myxtts-lite [--quantize fp16|int8]
+
+Writes export_dir/<next version>/ (myxtts.exporters.versions):
+
+    manifest.json         format, quantization, shapes, the parts' files and tensors, the
+                          settings the runtime needs (streaming contexts, reference features)
+    speaker_latents.*     reference_mel [1, R, n_mels], reference_lengths [1] → speaker_latents
+    decode_start.*        tokens [1, T], token_lengths, language_ids [1], speaker_latents
+                          → the decode state (XTTSModel.DecodeState.to_tensors, S slots)
+    decode_steps.*        the state → the state after K more steps (fewer once it has ended)
+    postnet.*             mel_before [1, W, n_mels], lengths [1] → mel (frames past lengths
+                          are masked, so a window padded to W gives the unpadded result)
+    vocoder.*             mel [1, W, n_mels] → waveform [1, W * hop] (a neural vocoder only;
+                          without one the runtime runs Griffin-Lim in numpy)
+    mel_filters.npy, stft_window.npy   the log-mel's filterbank and window (numpy features)
+    config.yaml, vocab.json            the text front end and the data settings
+
+T = model.max_text_positions (texts are cut into sentences that fit, as the synthesizer does),
+S = the decode's maximum steps, K = STEPS_PER_CALL, R = the reference frames of
+data.ref_max_seconds, W = WINDOW_FRAMES (the streaming driver's windows fit in it). Every graph
+is traced inside models.layers.static_shapes(): the decode buffers are written by scatter and
+read whole with masks, as under XLA, so LiteRT needs no Flex (select-TF) ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from myxtts.atomic_write import atomic_write
+from myxtts.data import audio_io
+from myxtts.data.audio import LogMel, mel_filterbank
+from myxtts.exporters.registry import register
+from myxtts.exporters.versions import publish_version
+from myxtts.inference.checkpoint_loading import load_checkpoint
+from myxtts.inference.reference_audio import reference_sample_count
+from myxtts.inference.streaming import CHUNK_STEPS, CROSSFADE_SAMPLES
+from myxtts.inference.synthesizer import TOKEN_PADDING
+from myxtts.inference.vocoding import load_vocoder
+from myxtts.inference.voices import conditioning_fingerprint
+from myxtts.models.layers import static_shapes
+from myxtts.models.xtts import DecodeState
+from myxtts.run_directory import CONFIG_FILE, VOCAB_FILE
+
+logger = logging.getLogger("myxtts.export")
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+STEPS_PER_CALL = 8  # decoder steps per decode_steps call (the host loop calls it repeatedly)
+QUANTIZATIONS = ("none", "fp16", "int8")
+SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
+
+
+@dataclasses.dataclass
+class EdgeExportResult:
+    version: int
+    path: str
+    parts: List[str]
+    bytes: int
+    seconds: float
+
+
+def window_frames(reduction_factor: int, postnet_context: int, vocoder_context: int,
+                  hop_length: int) -> int:
+    """Frames of the postnet and vocoder windows: the streaming driver's largest window (a
+    chunk of CHUNK_STEPS steps, the stage's context on both sides, the crossfade tail), with a
+    margin, rounded up to 16."""
+    tail = -(-CROSSFADE_SAMPLES // hop_length)
+    context = max(postnet_context, vocoder_context)
+    return -(-(CHUNK_STEPS * reduction_factor + 2 * (context + tail) + reduction_factor) // 16) * 16
+
+
+class EdgeGraphs:
+    """The parts as tf.functions of static shapes (batch 1) over a restored model."""
+
+    def __init__(self, loaded, vocoder, max_decoder_steps: int):
+        self.model, config = loaded.model, loaded.config
+        d, m = config.data, config.model
+        self.n_mels, self.hop = d.n_mels, d.hop_length
+        self.max_steps = int(max_decoder_steps)
+        self.stop_threshold = m.stop_threshold
+        self.text_positions = -(-m.max_text_positions // TOKEN_PADDING) * TOKEN_PADDING
+        self.reference_frames = audio_io.num_frames(reference_sample_count(d), d.hop_length)
+        self.vocoder = vocoder
+        self.vocoder_context = vocoder.receptive_field if vocoder else 0
+        self.window = window_frames(m.reduction_factor, self.model.postnet.receptive_field,
+                                    self.vocoder_context, d.hop_length)
+        self.latent_shape = [1, m.num_speaker_latents, m.d_model]
+
+    def functions(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+        n, t = self.n_mels, self.text_positions
+        spec = tf.TensorSpec
+        with static_shapes():
+            start = tf.function(self.decode_start, input_signature=[
+                spec([1, t], tf.int32, "tokens"), spec([1], tf.int32, "token_lengths"),
+                spec([1], tf.int32, "language_ids"),
+                spec(self.latent_shape, tf.float32, "speaker_latents")]).get_concrete_function()
+            state = {name: spec(value.shape, value.dtype, name)
+                     for name, value in start.structured_outputs.items()}
+            functions = {
+                "speaker_latents": tf.function(self.speaker_latents, input_signature=[
+                    spec([1, self.reference_frames, n], tf.float32, "reference_mel"),
+                    spec([1], tf.int32, "reference_lengths")]).get_concrete_function(),
+                "decode_start": start,
+                "decode_steps": tf.function(self.decode_steps, input_signature=[state])
+                .get_concrete_function(),
+                "postnet": tf.function(self.postnet, input_signature=[
+                    spec([1, self.window, n], tf.float32, "mel_before"),
+                    spec([1], tf.int32, "lengths")]).get_concrete_function(),
+            }
+            if self.vocoder is not None:
+                functions["vocoder"] = tf.function(self.vocode, input_signature=[
+                    spec([1, self.window, n], tf.float32, "mel")]).get_concrete_function()
+        return functions
+
+    def speaker_latents(self, reference_mel, reference_lengths):
+        return {"speaker_latents": self.model.speaker_latents(reference_mel, reference_lengths)}
+
+    def decode_start(self, tokens, token_lengths, language_ids, speaker_latents):
+        return self.model.start_decode(tokens, token_lengths, language_ids, speaker_latents,
+                                       self.max_steps).to_tensors()
+
+    def decode_steps(self, state):
+        return self.model.decode_steps(DecodeState.from_tensors(state), STEPS_PER_CALL,
+                                       self.stop_threshold).to_tensors()
+
+    def postnet(self, mel_before, lengths):
+        mask = tf.sequence_mask(lengths, tf.shape(mel_before)[1])
+        return {"mel": self.model.postnet(mel_before, mask)}
+
+    def vocode(self, mel):
+        return {"waveform": self.vocoder.windows(mel)}
+
+
+def _convert_tflite(function, trackable, quantize: str) -> bytes:
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], trackable)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # no Flex ops
+    if quantize != "none":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]  # int8: dynamic-range weights
+    if quantize == "fp16":
+        converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+def _convert_onnx(function, quantize: str) -> bytes:
+    # pylint: disable=import-outside-toplevel  (only this format needs the converter)
+    import tf2onnx
+    if quantize != "none":
+        raise ValueError("--quantize is for --format tflite; ONNX parts are exported in fp32.")
+    model, _ = tf2onnx.convert.from_function(tf.function(function),
+                                             input_signature=function.structured_input_signature[0],
+                                             opset=17)
+    return model.SerializeToString()
+
+
+def _tensor_list(structure) -> List[dict]:
+    flat = structure.items() if isinstance(structure, dict) else \
+        ((s.name, s) for s in structure)
+    return [{"name": name, "shape": [-1 if x is None else int(x) for x in spec.shape], "dtype": spec.dtype.name}
+            for name, spec in sorted(flat)]
+
+
+def _manifest(graphs: EdgeGraphs, loaded, functions, files: Dict[str, str], fmt: str,
+              quantize: str, vocoder) -> dict:
+    config = loaded.config
+    d, m = config.data, config.model
+    parts = {}
+    for name, function in functions.items():
+        inputs = function.structured_input_signature[0]
+        inputs = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs
+        parts[name] = {"file": files[name], "inputs": _tensor_list(inputs),
+                       "outputs": _tensor_list(function.structured_outputs)}
+    return {
+        "format": "myxtts-edge", "format_version": FORMAT_VERSION, "runtime": fmt,
+        "quantize": quantize, "parts": parts,
+        "checkpoint": os.path.abspath(loaded.checkpoint_path),
+        "voice_fingerprint": conditioning_fingerprint(loaded.model, config),
+        "vocoder": vocoder.checkpoint_path if vocoder else "griffin-lim",
+        "shapes": {"text_positions": graphs.text_positions,
+                   "reference_frames": graphs.reference_frames,
+                   "window_frames": graphs.window, "steps_per_call": STEPS_PER_CALL,
+                   "max_decoder_steps": graphs.max_steps, "token_padding": TOKEN_PADDING},
+        "streaming": {"reduction_factor": m.reduction_factor, "n_mels": d.n_mels,
+                      "postnet_context": loaded.model.postnet.receptive_field,
+                      "vocoder_context": graphs.vocoder_context},
+        "audio": {"sample_rate": d.sample_rate, "hop_length": d.hop_length, "n_fft": d.n_fft,
+                  "win_length": d.win_length, "mel_floor": d.mel_floor,
+                  "trim_silence": d.trim_silence, "trim_top_db": d.trim_top_db,
+                  "normalize_loudness": d.normalize_loudness, "target_rms_db": d.target_rms_db,
+                  "ref_max_seconds": d.ref_max_seconds, "ref_min_seconds": d.ref_min_seconds},
+    }
+
+
+def export_edge(fmt: str, checkpoint_dir: str, export_dir: str, *,
+                checkpoint: Optional[str] = None, max_decoder_steps: Optional[int] = None,
+                vocoder_dir: Optional[str] = None, vocoder_checkpoint: Optional[str] = None,
+                quantize: str = "none", **_unused) -> EdgeExportResult:
+    """Exports a checkpoint's parts for `fmt` ("tflite" or "onnx") as export_dir/<version>/."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    started = time.monotonic()
+    loaded = load_checkpoint(checkpoint_dir, checkpoint)
+    vocoder = (load_vocoder(vocoder_dir, loaded.config.data, vocoder_checkpoint)
+               if vocoder_dir else None)
+    graphs = EdgeGraphs(loaded, vocoder,
+                        max_decoder_steps or loaded.config.model.max_decoder_steps)
+    functions = graphs.functions()
+    os.makedirs(export_dir, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=".tmp-export-", dir=export_dir)
+    try:
+        files, size = {}, 0
+        for name, function in functions.items():
+            blob = (_convert_tflite(function, loaded.model, quantize) if fmt == "tflite"
+                    else _convert_onnx(function, quantize))
+            files[name] = name + SUFFIX[fmt]
+            with open(os.path.join(staged, files[name]), "wb") as f:
+                f.write(blob)
+            size += len(blob)
+        d = loaded.config.data
+        np.save(os.path.join(staged, "mel_filters.npy"), mel_filterbank(
+            d.sample_rate, d.n_fft, d.n_mels, d.fmin, d.fmax).astype(np.float32))
+        np.save(os.path.join(staged, "stft_window.npy"),
+                LogMel.from_config(d).window.astype(np.float64))
+        for name in (CONFIG_FILE, VOCAB_FILE):
+            shutil.copy(os.path.join(loaded.directory, name), staged)
+        atomic_write(os.path.join(staged, MANIFEST), json.dumps(
+            _manifest(graphs, loaded, functions, files, fmt, quantize, vocoder), indent=2))
+        version = publish_version(staged, export_dir)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    path = os.path.join(export_dir, str(version))
+    seconds = time.monotonic() - started
+    logger.info("Exported %s as %s parts to %s (%s, %.1f MB) in %.1f s.", loaded.checkpoint_path,
+                fmt, path, "fp32" if quantize == "none" else quantize, size / 1e6, seconds)
+    return EdgeExportResult(version, path, sorted(files), size, seconds)
+
+
+@register("tflite")
+def export_tflite(checkpoint_dir: str, export_dir: str, **kwargs) -> EdgeExportResult:
+    return export_edge("tflite", checkpoint_dir, export_dir, **kwargs)
+
+
+@register("onnx")
+def export_onnx(checkpoint_dir: str, export_dir: str, **kwargs) -> EdgeExportResult:
+    return export_edge("onnx", checkpoint_dir, export_dir, **kwargs)
+
