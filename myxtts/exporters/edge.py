@@ -41,6 +41,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import (  # no public equivalent
+    convert_variables_to_constants_v2)
 
 from myxtts.atomic_write import atomic_write
 from myxtts.data import audio_io
@@ -51,7 +53,7 @@ from myxtts.inference.checkpoint_loading import load_checkpoint
 from myxtts.inference.reference_audio import reference_sample_count
 from myxtts.inference.streaming import CHUNK_STEPS, CROSSFADE_SAMPLES
 from myxtts.inference.synthesizer import TOKEN_PADDING
-from myxtts.inference.vocoding import load_vocoder
+from myxtts.inference.vocoding import GRIFFIN_LIM_CONTEXT, load_vocoder
 from myxtts.inference.voices import conditioning_fingerprint
 from myxtts.models.layers import static_shapes
 from myxtts.models.xtts import DecodeState
@@ -97,7 +99,8 @@ class EdgeGraphs:
         self.text_positions = -(-m.max_text_positions // TOKEN_PADDING) * TOKEN_PADDING
         self.reference_frames = audio_io.num_frames(reference_sample_count(d), d.hop_length)
         self.vocoder = vocoder
-        self.vocoder_context = vocoder.receptive_field if vocoder else 0
+        # Without a vocoder the runtime's numpy Griffin-Lim takes Griffin-Lim's window context.
+        self.vocoder_context = vocoder.receptive_field if vocoder else GRIFFIN_LIM_CONTEXT
         self.window = window_frames(m.reduction_factor, self.model.postnet.receptive_field,
                                     self.vocoder_context, d.hop_length)
         self.latent_shape = [1, m.num_speaker_latents, m.d_model]
@@ -147,8 +150,10 @@ class EdgeGraphs:
         return {"waveform": self.vocoder.windows(mel)}
 
 
-def _convert_tflite(function, trackable, quantize: str) -> bytes:
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], trackable)
+def _convert_tflite(function, quantize: str) -> bytes:
+    # Weights become constants: LiteRT resource variables would need an initializer call.
+    frozen = convert_variables_to_constants_v2(function)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([frozen], tf.Module())
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]  # no Flex ops
     if quantize != "none":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]  # int8: dynamic-range weights
@@ -196,6 +201,7 @@ def _manifest(graphs: EdgeGraphs, loaded, functions, files: Dict[str, str], fmt:
                    "window_frames": graphs.window, "steps_per_call": STEPS_PER_CALL,
                    "max_decoder_steps": graphs.max_steps, "token_padding": TOKEN_PADDING},
         "streaming": {"reduction_factor": m.reduction_factor, "n_mels": d.n_mels,
+                      "crossfade_samples": CROSSFADE_SAMPLES,
                       "postnet_context": loaded.model.postnet.receptive_field,
                       "vocoder_context": graphs.vocoder_context},
         "audio": {"sample_rate": d.sample_rate, "hop_length": d.hop_length, "n_fft": d.n_fft,
@@ -222,10 +228,11 @@ def export_edge(fmt: str, checkpoint_dir: str, export_dir: str, *,
     functions = graphs.functions()
     os.makedirs(export_dir, exist_ok=True)
     staged = tempfile.mkdtemp(prefix=".tmp-export-", dir=export_dir)
+    os.chmod(staged, 0o755)
     try:
         files, size = {}, 0
         for name, function in functions.items():
-            blob = (_convert_tflite(function, loaded.model, quantize) if fmt == "tflite"
+            blob = (_convert_tflite(function, quantize) if fmt == "tflite"
                     else _convert_onnx(function, quantize))
             files[name] = name + SUFFIX[fmt]
             with open(os.path.join(staged, files[name]), "wb") as f:

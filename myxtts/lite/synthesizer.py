@@ -1,0 +1,209 @@
+"""LiteSynthesizer: text + a voice → speech from an on-device export, without TensorFlow.
+
+    synth = LiteSynthesizer("models/myxtts-lite")           # export root or a version folder
+    latents = synth.latents_of(Voice.load("v.npz"))          # a voice of the same checkpoint
+    latents = synth.speaker_latents("speaker.wav")           # or from a recording
+    waveform, mel = synth.synthesize("Hello there.", "en", latents)
+    for chunk in synth.stream("Hello there. How are you?", "en", latents):
+        play(chunk)
+
+The host runs the decode loop: decode_start once per sentence, then decode_steps (K steps a
+call) until the stop head or the length cap ends it; the postnet and the vocoder run on windows
+of the export's fixed window length (myxtts.inference.streaming.WindowedStage, so each output
+frame gets its full context and the windows join to the whole-mel result). The text front end
+(TextFrontEnd from the export's config.yaml and vocab.json), the sentence splitting and the
+streaming driver are the TensorFlow-free modules the synthesizer and the server use; the log-mel
+of references and the Griffin-Lim of exports without a neural vocoder are numpy
+(myxtts.lite.features).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from myxtts.config import XTTSConfig
+from myxtts.data.text import Tokenizer
+from myxtts.inference import streaming
+from myxtts.inference.text_front_end import TextFrontEnd
+from myxtts.inference.voices import Voice
+from myxtts.lite import features
+from myxtts.lite.parts import load_parts, manifest_folder, read_manifest
+
+
+class LiteDecoder:
+    """The decoder interface of streaming.stream_decode over decode_start / decode_steps."""
+
+    def __init__(self, parts: Dict, manifest: dict):
+        self._start, self._steps = parts["decode_start"], parts["decode_steps"]
+        self._postnet = parts["postnet"]
+        shapes, stream = manifest["shapes"], manifest["streaming"]
+        self.text_positions = shapes["text_positions"]
+        self.steps_per_call = shapes["steps_per_call"]
+        self.window = shapes["window_frames"]
+        self.reduction_factor = stream["reduction_factor"]
+        self.n_mels = stream["n_mels"]
+        self.postnet_context = stream["postnet_context"]
+        self.token_padding = shapes["token_padding"]
+
+    def start(self, ids: Sequence[int], language_id: int, latents: np.ndarray) -> dict:
+        tokens = np.zeros([1, self.text_positions], np.int32)
+        tokens[0, : len(ids)] = ids
+        return self._start(tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
+                           language_ids=np.array([language_id], np.int32),
+                           speaker_latents=np.asarray(latents, np.float32).reshape(
+                               1, *np.shape(latents)[-2:]))
+
+    def steps(self, state: dict, steps: int) -> dict:
+        """At least `steps` more decoder steps (whole calls of K), fewer once it has ended."""
+        for _ in range(-(-steps // self.steps_per_call)):
+            state = self._steps(**state)
+            if state["done"][0]:
+                break
+        return state
+
+    def progress(self, state: dict) -> Tuple[bool, int, bool]:
+        done = bool(state["done"][0])
+        frames = int(state["lengths"][0]) if done else \
+            int(state["step"]) * self.reduction_factor
+        return done, frames, bool(state["by_stop"][0])
+
+    def frames(self, state: dict, first: int, last: int) -> np.ndarray:
+        return state["frames"][:, 0].reshape(-1, self.n_mels)[first:last]
+
+    def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        del first_frame  # the postnet does not depend on where a window starts
+        return run_padded(lambda mel, length: self._postnet(
+            mel_before=mel, lengths=np.array([length], np.int32))["mel"],
+            mel_before, self.window, 0.0)
+
+
+def run_padded(function, frames: np.ndarray, window: int, pad_value: float,
+               per_frame: int = 1) -> np.ndarray:
+    """`function(frames padded to [1, window, n], valid count)[0]` cut back to the valid
+    frames' outputs (per_frame each); windows longer than the part's are an error of the
+    caller (the streaming driver's windows fit by construction)."""
+    count = len(frames)
+    if count > window:
+        raise ValueError(f"a window of {count} frames does not fit the export's {window}")
+    padded = np.full([1, window, frames.shape[1]], pad_value, np.float32)
+    padded[0, :count] = frames
+    return np.asarray(function(padded, count))[0][: count * per_frame]
+
+
+class LiteVocoder:
+    """The vocoder interface of stream_decode: the export's vocoder part, or numpy Griffin-Lim."""
+
+    def __init__(self, parts: Dict, manifest: dict, folder: str):
+        audio = manifest["audio"]
+        self.receptive_field = manifest["streaming"]["vocoder_context"]
+        self.window_frames = manifest["shapes"]["window_frames"]
+        self.hop = audio["hop_length"]
+        self.log_floor = float(np.log10(audio["mel_floor"]))
+        self.neural = "vocoder" in parts
+        self._part = parts.get("vocoder")
+        self.filters = np.load(os.path.join(folder, "mel_filters.npy"))
+        self.stft_window = np.load(os.path.join(folder, "stft_window.npy"))
+        self.n_fft, self.win_length = audio["n_fft"], audio["win_length"]
+
+    def window(self, mel: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        if self.neural:
+            return run_padded(lambda m, _: self._part(mel=m)["waveform"], mel,
+                              self.window_frames, self.log_floor, self.hop)
+        return features.griffin_lim(mel, self.stft_window, self.filters, self.n_fft, self.hop,
+                                    self.win_length, first_frame=first_frame)
+
+
+def windowed(stage: streaming.WindowedStage, frames: np.ndarray, piece: int) -> np.ndarray:
+    """A stage over a whole input, pushed `piece` frames at a time (so its windows fit)."""
+    outputs = []
+    for start in range(0, max(len(frames), 1), piece):
+        out = stage.push(frames[start: start + piece], start + piece >= len(frames))
+        if out is not None:
+            outputs.append(out)
+    return np.concatenate(outputs) if outputs else np.zeros((0,) + frames.shape[1:], np.float32)
+
+
+class LiteSynthesizer:
+    """An on-device export loaded for synthesis (see the module docstring)."""
+
+    def __init__(self, path: str, threads: int = 1):
+        self.folder = manifest_folder(path)
+        self.manifest = read_manifest(self.folder)
+        self.parts = load_parts(self.folder, self.manifest, threads)
+        config = XTTSConfig.from_yaml(os.path.join(self.folder, "config.yaml"))
+        self.languages = list(config.data.languages)
+        self.default_language = config.data.default_language
+        self.front_end = TextFrontEnd(Tokenizer.load(os.path.join(self.folder, "vocab.json")),
+                                      self.languages, config.model,
+                                      self.manifest["shapes"]["max_decoder_steps"])
+        self.audio = self.manifest["audio"]
+        self.sample_rate, self.hop_length = self.audio["sample_rate"], self.audio["hop_length"]
+        self.decoder = LiteDecoder(self.parts, self.manifest)
+        self.vocoder = LiteVocoder(self.parts, self.manifest, self.folder)
+        # Whole-mel stages are pushed a streaming chunk at a time, so their windows fit.
+        self.piece = streaming.CHUNK_STEPS * self.decoder.reduction_factor
+
+    # ---- voice -----------------------------------------------------------------------------
+    def speaker_latents(self, path: str) -> np.ndarray:
+        """Latents [1, L, d] of a reference recording (prepared as the synthesizer does)."""
+        samples = features.prepare_reference(path, self.audio)
+        mel = features.log_mel(samples, self.vocoder.stft_window, self.vocoder.filters,
+                               self.hop_length, self.audio["mel_floor"])
+        frames = self.manifest["shapes"]["reference_frames"]
+        padded = np.zeros([1, frames, mel.shape[1]], np.float32)
+        count = min(len(mel), frames)
+        padded[0, :count] = mel[:count]
+        return self.parts["speaker_latents"](
+            reference_mel=padded, reference_lengths=np.array([count], np.int32))[
+            "speaker_latents"]
+
+    def latents_of(self, voice: Voice) -> np.ndarray:
+        """[1, L, d] of a voice file made with this export's checkpoint (VoiceMismatchError for
+        another model's)."""
+        return voice.latents_for(self.manifest["voice_fingerprint"],
+                                 self.manifest["checkpoint"])[None]
+
+    # ---- speech ----------------------------------------------------------------------------
+    def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:
+        return self.front_end.sentences(text, language), self.front_end.language_id(language)
+
+    def decode(self, ids: Sequence[int], language_id: int, latents) -> Tuple[np.ndarray, bool]:
+        """(the log10 mel [T, n_mels] after the postnet, ended by the stop head) of one
+        sentence."""
+        decoder = self.decoder
+        state = decoder.start(ids, language_id, latents)
+        while True:
+            state = decoder.steps(state, decoder.steps_per_call)
+            done, frames, by_stop = decoder.progress(state)
+            if done:
+                break
+        postnet = streaming.WindowedStage(decoder.postnet, decoder.postnet_context)
+        return windowed(postnet, decoder.frames(state, 0, frames), self.piece), by_stop
+
+    def vocode(self, mel: np.ndarray) -> np.ndarray:
+        stage = streaming.WindowedStage(self.vocoder.window, self.vocoder.receptive_field,
+                                        self.hop_length, streaming.CROSSFADE_SAMPLES)
+        return windowed(stage, mel, self.piece).astype(np.float32)
+
+    def synthesize(self, text: str, language: Optional[str], latents
+                   ) -> Tuple[np.ndarray, np.ndarray]:
+        """(waveform float32, log10 mel [T, n_mels]) of `text`: each sentence decoded and
+        vocoded, joined with a short pause (the mels end to end)."""
+        sentences, language_id = self.sentences(text, language or self.default_language)
+        waves, mels = [], []
+        for index, ids in enumerate(sentences):
+            mel, _ = self.decode(ids, language_id, latents)
+            if index:
+                waves.append(streaming.pause(self.sample_rate))
+            waves.append(self.vocode(mel))
+            mels.append(mel)
+        return np.concatenate(waves), np.concatenate(mels)
+
+    def stream(self, text: str, language: Optional[str], latents) -> Iterator[np.ndarray]:
+        """Waveform chunks as the decoder makes them (streaming.stream_decode)."""
+        sentences, language_id = self.sentences(text, language or self.default_language)
+        yield from streaming.stream_decode(self.decoder, self.vocoder, self.sample_rate,
+                                           self.hop_length, sentences, language_id, latents)
