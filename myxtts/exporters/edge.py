@@ -163,14 +163,41 @@ def _convert_tflite(function, quantize: str) -> bytes:
 
 
 def _convert_onnx(function, quantize: str) -> bytes:
-    # pylint: disable=import-outside-toplevel  (only this format needs the converter)
-    import tf2onnx
+    """ONNX (opset 17) of the frozen graph, through tf2onnx; the outputs are named
+    onnx_output_names(count) (the function's flattened outputs in order)."""
     if quantize != "none":
         raise ValueError("--quantize is for --format tflite; ONNX parts are exported in fp32.")
-    model, _ = tf2onnx.convert.from_function(tf.function(function),
-                                             input_signature=function.structured_input_signature[0],
-                                             opset=17)
+    # pylint: disable=import-outside-toplevel  (only this format needs the converter)
+    import tf2onnx
+    _register_erfc()
+    frozen = convert_variables_to_constants_v2(function)
+    model, _ = tf2onnx.convert.from_graph_def(
+        frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
+        output_names=[t.name for t in frozen.outputs], opset=17)
     return model.SerializeToString()
+
+
+def onnx_output_names(count: int) -> List[str]:
+    """The tensor names tf2onnx gives a frozen function's outputs (its Identity ops)."""
+    return ["Identity:0"] + [f"Identity_{i}:0" for i in range(1, count)]
+
+
+def _register_erfc() -> None:
+    """tf2onnx has no handler for TensorFlow's Erfc (exact GELU is 0.5 x erfc(-x / sqrt 2)):
+    erfc(x) = 1 - erf(x), with ONNX's Erf."""
+    from tf2onnx import handler, utils  # pylint: disable=import-outside-toplevel
+
+    @handler.tf_op("Erfc")
+    class Erfc:  # pylint: disable=unused-variable  (registered by the decorator)
+        @classmethod
+        def version_9(cls, ctx, node, **kwargs):
+            del kwargs
+            dtype = utils.map_onnx_to_numpy_type(ctx.get_dtype(node.input[0]))
+            one = ctx.make_const(utils.make_name("one"), np.array(1, dtype=dtype))
+            erf = ctx.make_node("Erf", [node.input[0]])
+            outputs, name = node.output, node.name
+            ctx.remove_node(name)
+            ctx.make_node("Sub", [one.output[0], erf.output[0]], outputs=outputs, name=name)
 
 
 def _tensor_list(structure) -> List[dict]:
@@ -188,8 +215,13 @@ def _manifest(graphs: EdgeGraphs, loaded, functions, files: Dict[str, str], fmt:
     for name, function in functions.items():
         inputs = function.structured_input_signature[0]
         inputs = inputs[0] if len(inputs) == 1 and isinstance(inputs[0], dict) else inputs
-        parts[name] = {"file": files[name], "inputs": _tensor_list(inputs),
-                       "outputs": _tensor_list(function.structured_outputs)}
+        outputs = _tensor_list(function.structured_outputs)
+        # What each runtime calls the outputs, in the function's (flattened) output order.
+        runtime_names = ([f"output_{i}" for i in range(len(outputs))] if fmt == "tflite"
+                         else onnx_output_names(len(outputs)))
+        for tensor, runtime_name in zip(outputs, runtime_names):
+            tensor["runtime_name"] = runtime_name
+        parts[name] = {"file": files[name], "inputs": _tensor_list(inputs), "outputs": outputs}
     return {
         "format": "myxtts-edge", "format_version": FORMAT_VERSION, "runtime": fmt,
         "quantize": quantize, "parts": parts,

@@ -137,11 +137,12 @@ def reference_sample_count(settings: dict) -> int:
 
 def griffin_lim(log_mel: np.ndarray, window: np.ndarray, filters: np.ndarray, n_fft: int,
                 hop_length: int, win_length: int, iterations: int = 32,
-                momentum: float = 0.99) -> np.ndarray:
+                momentum: float = 0.99, first_frame: int = 0) -> np.ndarray:
     """Waveform float32 [(T - 1) * hop + win_length] in [-1, 1] of a log10 mel [T, n_mels], as
     myxtts.inference.griffin_lim: magnitudes through the pseudo-inverse of `filters`, fast
     Griffin-Lim (momentum) from phases drawn by np.random.default_rng(0) (frame i's are row i of
-    one table whatever T is). Frame i starts at sample i * hop (the window's win_length centre of
+    one table whatever T is; a window that starts at frame `first_frame` of its utterance takes
+    rows first_frame..). Frame i starts at sample i * hop (the window's win_length centre of
     `window`), while the features' frame i is centred there: the waveform lags the mel's audio
     by win_length // 2 samples."""
     magnitude = np.maximum(10.0 ** np.asarray(log_mel, np.float32) @ np.linalg.pinv(filters),
@@ -149,7 +150,9 @@ def griffin_lim(log_mel: np.ndarray, window: np.ndarray, filters: np.ndarray, n_
     start = (n_fft - win_length) // 2
     analysis = np.asarray(window[start:start + win_length], np.float32)
     synthesis = synthesis_window(analysis, hop_length)
-    phases = np.random.default_rng(0).uniform(0.0, 2.0 * np.pi, magnitude.shape)
+    # Rows first_frame.. of one table: a streamed window starts from its frames' phases.
+    phases = np.random.default_rng(0).uniform(
+        0.0, 2.0 * np.pi, (first_frame + len(magnitude), magnitude.shape[1]))[first_frame:]
     spec = magnitude * np.exp(1j * phases).astype(np.complex64)
     previous = spec
     for _ in range(iterations):

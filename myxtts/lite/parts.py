@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -51,23 +51,20 @@ def _tflite_interpreter(path: str, threads: int):
     return Interpreter(model_path=path, num_threads=threads)
 
 
-def tflite_part(path: str, threads: int, outputs: List[str]
+def tflite_part(path: str, threads: int, outputs: Dict[str, str]
                 ) -> Callable[..., Dict[str, np.ndarray]]:
-    """A LiteRT part; its signature's outputs output_<i> are the manifest's outputs[i] (the
-    converted function's outputs in order)."""
+    """A LiteRT part; `outputs` maps its signature's output names to the manifest's."""
     runner = _tflite_interpreter(path, threads).get_signature_runner()
 
     def run(**inputs) -> Dict[str, np.ndarray]:
-        return {outputs[int(key.rsplit("_", 1)[1])]: value
-                for key, value in runner(**inputs).items()}
+        return {outputs[key]: value for key, value in runner(**inputs).items()}
 
     return run
 
 
-def onnx_part(path: str, threads: int, outputs: List[str]
+def onnx_part(path: str, threads: int, outputs: Dict[str, str]
               ) -> Callable[..., Dict[str, np.ndarray]]:
-    """An ONNX Runtime part (its tensors keep the graph's names)."""
-    del outputs
+    """An ONNX Runtime part; its inputs are the manifest's names with ':0'."""
     try:
         import onnxruntime  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -77,14 +74,11 @@ def onnx_part(path: str, threads: int, outputs: List[str]
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    inputs_by_name = {i.name.split(":")[0]: i.name for i in session.get_inputs()}
-    outputs_by_name = [name.split(":")[0] for name in names]
+    names = list(outputs)
 
     def run(**inputs) -> Dict[str, np.ndarray]:
-        values = session.run(names, {inputs_by_name[k]: v for k, v in inputs.items()
-                                     if k in inputs_by_name})
-        return dict(zip(outputs_by_name, values))
+        values = session.run(names, {f"{k}:0": v for k, v in inputs.items()})
+        return {outputs[name]: value for name, value in zip(names, values)}
 
     return run
 
@@ -93,5 +87,5 @@ def load_parts(folder: str, manifest: dict, threads: int = 1,
                only: Optional[set] = None) -> Dict[str, Callable]:
     load = {"tflite": tflite_part, "onnx": onnx_part}[manifest["runtime"]]
     return {name: load(os.path.join(folder, info["file"]), threads,
-                       [tensor["name"] for tensor in info["outputs"]])
+                       {tensor["runtime_name"]: tensor["name"] for tensor in info["outputs"]})
             for name, info in manifest["parts"].items() if only is None or name in only}

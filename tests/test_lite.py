@@ -1,0 +1,155 @@
+"""On-device export (myxtts-export --format tflite|onnx) and its TensorFlow-free runtime
+(python -m myxtts.lite): the parts hold builtin ops only, the runtime runs in a process where
+importing TensorFlow, Keras or librosa fails, and its mel equals the checkpoint's synthesis."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.inference_helpers import (REFERENCE_AUDIO, make_checkpoint, shared_vocoder_checkpoint)
+
+pytestmark = pytest.mark.slow
+
+TEXTS = ["Hello there.", "In the beginning God created the heaven and the earth.",
+         "A second sentence follows. And a third one, with a clause."]
+# Runs `python -m myxtts.lite ARGS` with tensorflow, keras and librosa unimportable.
+WITHOUT_TENSORFLOW = """
+import runpy, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('tensorflow', 'keras', 'librosa', 'tf_keras'):
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+sys.argv = ['myxtts.lite'] + sys.argv[1:]
+runpy.run_module('myxtts.lite', run_name='__main__')
+"""
+
+
+@pytest.fixture(scope="module")
+def exported():
+    """{name: export folder} of one tiny checkpoint, plus the checkpoint's Synthesizer and a
+    voice file it made."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.exporters.registry import exporter
+    from myxtts.inference.synthesizer import Synthesizer
+    root = tempfile.mkdtemp(prefix="myxtts-lite-")
+    checkpoint = os.path.join(root, "runs", "tiny")
+    make_checkpoint(checkpoint)
+    vocos, _ = shared_vocoder_checkpoint("vocos")
+    hifigan, _ = shared_vocoder_checkpoint("hifigan")
+    folders = {}
+    for name, fmt, extra in (("tflite", "tflite", {}),
+                             ("tflite-vocos", "tflite", {"vocoder_dir": vocos}),
+                             ("tflite-fp16", "tflite", {"vocoder_dir": vocos, "quantize": "fp16"}),
+                             ("tflite-int8", "tflite", {"vocoder_dir": vocos, "quantize": "int8"}),
+                             ("onnx-hifigan", "onnx", {"vocoder_dir": hifigan})):
+        folders[name] = exporter(fmt)(checkpoint, os.path.join(root, "models", name),
+                                      **extra).path
+    synth = Synthesizer.from_checkpoint_dir(checkpoint)
+    voice_path = os.path.join(root, "voice.npz")
+    synth.voice(REFERENCE_AUDIO).save(voice_path)
+    return {"root": root, "folders": folders, "synth": synth, "voice": voice_path,
+            "checkpoint": checkpoint}
+
+
+def run_lite(args, cwd):
+    return subprocess.run([sys.executable, "-c", WITHOUT_TENSORFLOW, *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def checkpoint_mel(synth, voice_path, text):
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.voices import Voice
+    latents = synth.latents_of(Voice.load(voice_path))
+    return np.concatenate([synth.synthesize_detailed(ids, 0, latents).mel
+                           for ids in synth.sentences(text, "en")])
+
+
+@pytest.mark.parametrize("name", ["tflite", "tflite-vocos", "onnx-hifigan"])
+def test_runtime_without_tensorflow_gives_the_checkpoints_mel(exported, name):
+    folder = exported["folders"][name]
+    for index, text in enumerate(TEXTS):
+        output = os.path.join(exported["root"], f"{name}-{index}.wav")
+        result = run_lite(["--model", os.path.dirname(folder), "--voice", exported["voice"],
+                           "--text", text, "--output", output, "--save-mel"], exported["root"])
+        assert result.returncode == 0, result.stderr[-3000:]
+        mel = np.load(output[:-4] + ".npy")
+        expected = checkpoint_mel(exported["synth"], exported["voice"], text)
+        assert abs(len(mel) - len(expected)) <= 2  # within one decode step (r = 2)
+        frames = min(len(mel), len(expected))
+        np.testing.assert_allclose(mel[:frames], expected[:frames], atol=1e-3, err_msg=text)
+        audio, rate = sf.read(output)
+        assert rate == 16000 and len(audio) > 0 and np.all(np.isfinite(audio))
+
+
+def test_stream_joins_to_the_whole_synthesis(exported):
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    lite = LiteSynthesizer(exported["folders"]["tflite-vocos"])
+    latents = lite.latents_of(Voice.load(exported["voice"]))
+    whole, _ = lite.synthesize(TEXTS[2], "en", latents)
+    chunks = list(lite.stream(TEXTS[2], "en", latents))
+    assert len(chunks) >= 3
+    np.testing.assert_allclose(np.concatenate(chunks), whole, atol=1e-4)
+
+
+def test_parts_hold_builtin_ops_only_and_quantized_weights_are_smaller(exported):
+    from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
+    sizes = {}
+    for name in ("tflite-vocos", "tflite-fp16", "tflite-int8"):
+        folder = exported["folders"][name]
+        sizes[name] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
+                          if f.endswith(".tflite"))
+        for part in (f for f in os.listdir(folder) if f.endswith(".tflite")):
+            ops = {op["op_name"] for op in Interpreter(
+                model_path=os.path.join(folder, part))._get_ops_details()}
+            assert not [op for op in ops if op.startswith("Flex") or op == "CUSTOM"], (part, ops)
+    assert sizes["tflite-fp16"] < 0.7 * sizes["tflite-vocos"]
+    assert sizes["tflite-int8"] < 0.5 * sizes["tflite-vocos"]
+
+
+def test_quantized_exports_stay_close_to_fp32(exported):
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    mels = {}
+    for name in ("tflite-vocos", "tflite-fp16", "tflite-int8"):
+        lite = LiteSynthesizer(exported["folders"][name])
+        _, mels[name] = lite.synthesize(TEXTS[1], "en", lite.latents_of(
+            Voice.load(exported["voice"])))
+    for name in ("tflite-fp16", "tflite-int8"):
+        assert mels[name].shape == mels["tflite-vocos"].shape
+        assert np.abs(mels[name] - mels["tflite-vocos"]).mean() < 0.1, name
+
+
+def test_reference_audio_and_bad_input_from_the_command_line(exported):
+    folder = os.path.dirname(exported["folders"]["tflite"])
+    out = os.path.join(exported["root"], "ref.wav")
+    result = run_lite(["--model", folder, "--reference-audio", REFERENCE_AUDIO, "--text",
+                       TEXTS[0], "--output", out], exported["root"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sf.info(out).duration > 0
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.voices import Voice
+    other = Voice(np.zeros((4, 8), np.float32), "0" * 64, ("x.wav",), "elsewhere/ckpt-1")
+    other_path = os.path.join(exported["root"], "other.npz")
+    other.save(other_path)
+    for args, message in (
+            (["--voice", other_path, "--text", "Hello."], "speaker conditioning"),
+            (["--voice", exported["voice"], "--text", "Price: 5 €"], "outside the model's"),
+            (["--voice", exported["voice"], "--text", "Hola.", "--language", "xx"],
+             "Unknown language"),
+            (["--reference-audio", os.path.join(folder, "1", "manifest.json"), "--text", "Hi."],
+             "manifest.json")):
+        result = run_lite(["--model", folder, *args, "--output", out], exported["root"])
+        assert result.returncode == 2, (args, result.stderr[-2000:])
+        assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    result = run_lite(["--model", exported["root"], "--voice", exported["voice"], "--text",
+                       "Hi.", "--output", out], exported["root"])
+    assert result.returncode == 2 and "manifest.json" in result.stderr
