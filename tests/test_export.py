@@ -51,10 +51,14 @@ STREAMED_TEXT = "Hello there. How are you?"
 class ExporterRegistryTest(unittest.TestCase):
     def test_formats_resolve_to_their_exporter(self):
         from myxtts.exporters.registry import exporter, formats  # pylint: disable=import-outside-toplevel
-        self.assertIn("tf_serving", formats())
+        from myxtts.exporters.edge import export_onnx, export_tflite  # pylint: disable=import-outside-toplevel
+        self.assertEqual(formats(), ["onnx", "tf_serving", "tflite"])
         self.assertIs(exporter("tf_serving"), export_tf_serving)
-        with self.assertRaisesRegex(KeyError, "Unknown export format 'onnx'; known: tf_serving"):
-            exporter("onnx")
+        self.assertIs(exporter("tflite"), export_tflite)
+        self.assertIs(exporter("onnx"), export_onnx)
+        with self.assertRaisesRegex(KeyError, "Unknown export format 'coreml'; known: onnx, "
+                                              "tf_serving, tflite"):
+            exporter("coreml")
 
 
 class InGraphTokenizerTest(unittest.TestCase):

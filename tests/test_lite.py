@@ -2,7 +2,9 @@
 (python -m myxtts.lite): the parts hold builtin ops only, the runtime runs in a process where
 importing TensorFlow, Keras or librosa fails, and its mel equals the checkpoint's synthesis."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.inference_helpers import (REFERENCE_AUDIO, make_checkpoint, shared_vocoder_checkpoint)
+from tests.inference_helpers import REFERENCE_AUDIO, make_checkpoint, shared_vocoder_checkpoint
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +34,11 @@ runpy.run_module('myxtts.lite', run_name='__main__')
 
 @pytest.fixture(scope="module")
 def exported():
-    """{name: export folder} of one tiny checkpoint, plus the checkpoint's Synthesizer and a
-    voice file it made."""
+    """{name: export folder} of one tiny checkpoint, its SavedModel (ExportedModel) and a voice
+    file the SavedModel made."""
     # pylint: disable=import-outside-toplevel
     from myxtts.exporters.registry import exporter
-    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.inference.exported_model import ExportedModel
     root = tempfile.mkdtemp(prefix="myxtts-lite-")
     checkpoint = os.path.join(root, "runs", "tiny")
     make_checkpoint(checkpoint)
@@ -50,10 +52,11 @@ def exported():
                              ("onnx-hifigan", "onnx", {"vocoder_dir": hifigan})):
         folders[name] = exporter(fmt)(checkpoint, os.path.join(root, "models", name),
                                       **extra).path
-    synth = Synthesizer.from_checkpoint_dir(checkpoint)
+    saved_model = ExportedModel(exporter("tf_serving")(
+        checkpoint, os.path.join(root, "models", "savedmodel")).path)
     voice_path = os.path.join(root, "voice.npz")
-    synth.voice(REFERENCE_AUDIO).save(voice_path)
-    return {"root": root, "folders": folders, "synth": synth, "voice": voice_path,
+    saved_model.voice(REFERENCE_AUDIO).save(voice_path)
+    return {"root": root, "folders": folders, "saved_model": saved_model, "voice": voice_path,
             "checkpoint": checkpoint}
 
 
@@ -62,16 +65,25 @@ def run_lite(args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
-def checkpoint_mel(synth, voice_path, text):
+def saved_model_mel(model, voice_path, text):
+    """The SavedModel path's mel of `text`: each sentence through synthesize_tokens."""
     # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
     from myxtts.inference.voices import Voice
-    latents = synth.latents_of(Voice.load(voice_path))
-    return np.concatenate([synth.synthesize_detailed(ids, 0, latents).mel
-                           for ids in synth.sentences(text, "en")])
+    latents = model.latents_of(Voice.load(voice_path))[None]
+    sentences, language_id = model.sentences(text, "en")
+    mels = []
+    for ids in sentences:
+        out = model.signatures["synthesize_tokens"](
+            tokens=tf.constant([ids], tf.int32), token_lengths=tf.constant([len(ids)], tf.int32),
+            language_ids=tf.constant([language_id], tf.int32),
+            speaker_latents=tf.constant(latents))
+        mels.append(out["mel"][0, : int(out["mel_lengths"][0])].numpy())
+    return np.concatenate(mels)
 
 
 @pytest.mark.parametrize("name", ["tflite", "tflite-vocos", "onnx-hifigan"])
-def test_runtime_without_tensorflow_gives_the_checkpoints_mel(exported, name):
+def test_runtime_without_tensorflow_gives_the_saved_models_mel(exported, name):
     folder = exported["folders"][name]
     for index, text in enumerate(TEXTS):
         output = os.path.join(exported["root"], f"{name}-{index}.wav")
@@ -79,7 +91,7 @@ def test_runtime_without_tensorflow_gives_the_checkpoints_mel(exported, name):
                            "--text", text, "--output", output, "--save-mel"], exported["root"])
         assert result.returncode == 0, result.stderr[-3000:]
         mel = np.load(output[:-4] + ".npy")
-        expected = checkpoint_mel(exported["synth"], exported["voice"], text)
+        expected = saved_model_mel(exported["saved_model"], exported["voice"], text)
         assert abs(len(mel) - len(expected)) <= 2  # within one decode step (r = 2)
         frames = min(len(mel), len(expected))
         np.testing.assert_allclose(mel[:frames], expected[:frames], atol=1e-3, err_msg=text)
@@ -153,3 +165,30 @@ def test_reference_audio_and_bad_input_from_the_command_line(exported):
     result = run_lite(["--model", exported["root"], "--voice", exported["voice"], "--text",
                        "Hi.", "--output", out], exported["root"])
     assert result.returncode == 2 and "manifest.json" in result.stderr
+
+
+def test_a_damaged_export_is_refused_with_what_is_wrong(exported, tmp_path):
+    source = exported["folders"]["tflite"]
+    cases = {"newer": ("format version 2", lambda folder: _edit_manifest(
+                 folder, lambda m: m.update(format_version=2))),
+             "missing": ("lacks decode_steps.tflite", lambda folder: os.remove(
+                 os.path.join(folder, "decode_steps.tflite"))),
+             "not ours": ("not a myxtts on-device export manifest", lambda folder:
+                          _edit_manifest(folder, lambda m: m.update(format="something")))}
+    for name, (message, damage) in cases.items():
+        folder = str(tmp_path / name)
+        shutil.copytree(source, folder)
+        damage(folder)
+        result = run_lite(["--model", folder, "--voice", exported["voice"], "--text", "Hi.",
+                           "--output", str(tmp_path / "x.wav")], exported["root"])
+        assert result.returncode == 2 and message in result.stderr, (name, result.stderr)
+        assert "Traceback" not in result.stderr
+
+
+def _edit_manifest(folder, change):
+    path = os.path.join(folder, "manifest.json")
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    change(manifest)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f)

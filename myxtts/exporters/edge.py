@@ -13,16 +13,18 @@ Writes export_dir/<next version>/ (myxtts.exporters.versions):
     speaker_latents.*     reference_mel [1, R, n_mels], reference_lengths [1] → speaker_latents
     decode_start.*        tokens [1, T], token_lengths, language_ids [1], speaker_latents
                           → the decode state (XTTSModel.DecodeState.to_tensors, S slots)
-    decode_steps.*        the state → the state after K more steps (fewer once it has ended)
+    decode_steps.*        the state → the state one decoder step later (no loop inside), less
+                          the tensors no step changes
     postnet.*             mel_before [1, W, n_mels], lengths [1] → mel (frames past lengths
                           are masked, so a window padded to W gives the unpadded result)
     vocoder.*             mel [1, W, n_mels] → waveform [1, W * hop] (a neural vocoder only;
-                          without one the runtime runs Griffin-Lim in numpy)
+                          without one the runtime runs Griffin-Lim in numpy); vocoder_short.*
+                          the same for W/2 frames
     mel_filters.npy, stft_window.npy   the log-mel's filterbank and window (numpy features)
     config.yaml, vocab.json            the text front end and the data settings
 
-T = model.max_text_positions (texts are cut into sentences that fit, as the synthesizer does),
-S = the decode's maximum steps, K = STEPS_PER_CALL, R = the reference frames of
+T = the most tokens the text front end puts in one sentence (TextFrontEnd.max_sentence_tokens),
+S = the decode's maximum steps, R = the reference frames of
 data.ref_max_seconds, W = WINDOW_FRAMES (the streaming driver's windows fit in it). Every graph
 is traced inside models.layers.static_shapes(): the decode buffers are written by scatter and
 read whole with masks, as under XLA, so LiteRT needs no Flex (select-TF) ops.
@@ -53,6 +55,7 @@ from myxtts.inference.checkpoint_loading import load_checkpoint
 from myxtts.inference.reference_audio import reference_sample_count
 from myxtts.inference.streaming import CHUNK_STEPS, CROSSFADE_SAMPLES
 from myxtts.inference.synthesizer import TOKEN_PADDING
+from myxtts.inference.text_front_end import sentence_token_budget
 from myxtts.inference.vocoding import GRIFFIN_LIM_CONTEXT, load_vocoder
 from myxtts.inference.voices import conditioning_fingerprint
 from myxtts.models.layers import static_shapes
@@ -62,8 +65,11 @@ from myxtts.run_directory import CONFIG_FILE, VOCAB_FILE
 logger = logging.getLogger("myxtts.export")
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
-STEPS_PER_CALL = 8  # decoder steps per decode_steps call (the host loop calls it repeatedly)
+FORMAT_VERSION = 1  # myxtts.lite.parts reads this version
+# Decoder steps per decode_steps call: one, traced without a loop (XTTSModel.decode_steps). A
+# part that looped over 8 steps (a WHILE op) failed now and then in LiteRT ("Input tensor ...
+# lacks data": 1 run in 6 to 12 of the cloning recipe's model, ai-edge-litert 2.3).
+STEPS_PER_CALL = 1
 QUANTIZATIONS = ("none", "fp16", "int8")
 SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
 
@@ -96,7 +102,12 @@ class EdgeGraphs:
         self.n_mels, self.hop = d.n_mels, d.hop_length
         self.max_steps = int(max_decoder_steps)
         self.stop_threshold = m.stop_threshold
-        self.text_positions = -(-m.max_text_positions // TOKEN_PADDING) * TOKEN_PADDING
+        # The longest sentence the text front end hands the decoder (TextFrontEnd.sentences
+        # cuts longer ones), not max_text_positions: every decode_start and every step's text
+        # attention runs over all T positions.
+        budget = sentence_token_budget(m.max_text_positions, self.max_steps,
+                                       m.reduction_factor, m.max_frames_per_token)
+        self.text_positions = -(-budget // TOKEN_PADDING) * TOKEN_PADDING
         self.reference_frames = audio_io.num_frames(reference_sample_count(d), d.hop_length)
         self.vocoder = vocoder
         # Without a vocoder the runtime's numpy Griffin-Lim takes Griffin-Lim's window context.
@@ -127,8 +138,11 @@ class EdgeGraphs:
                     spec([1], tf.int32, "lengths")]).get_concrete_function(),
             }
             if self.vocoder is not None:
-                functions["vocoder"] = tf.function(self.vocode, input_signature=[
-                    spec([1, self.window, n], tf.float32, "mel")]).get_concrete_function()
+                # The vocoder is most of the work: a short window's part too, so a window that
+                # fits in it is not padded to W (a one-window sentence mostly does).
+                for name, frames in vocoder_parts(self.window).items():
+                    functions[name] = tf.function(self.vocode, input_signature=[
+                        spec([1, frames, n], tf.float32, "mel")]).get_concrete_function()
         return functions
 
     def speaker_latents(self, reference_mel, reference_lengths):
@@ -139,8 +153,12 @@ class EdgeGraphs:
                                        self.max_steps).to_tensors()
 
     def decode_steps(self, state):
-        return self.model.decode_steps(DecodeState.from_tensors(state), STEPS_PER_CALL,
-                                       self.stop_threshold).to_tensors()
+        """The state after a step, without the tensors no step changes (the host keeps
+        those from decode_start: the text and latent keys and values, the text mask, the
+        length cap), so a call copies less."""
+        after = self.model.decode_steps(DecodeState.from_tensors(state), STEPS_PER_CALL,
+                                        self.stop_threshold).to_tensors()
+        return {name: value for name, value in after.items() if not constant_state(name)}
 
     def postnet(self, mel_before, lengths):
         mask = tf.sequence_mask(lengths, tf.shape(mel_before)[1])
@@ -148,6 +166,18 @@ class EdgeGraphs:
 
     def vocode(self, mel):
         return {"waveform": self.vocoder.windows(mel)}
+
+
+def vocoder_parts(window: int):
+    """{part name: window frames} of the vocoder parts: `vocoder` takes W frames,
+    `vocoder_short` half of them (rounded up to 16)."""
+    return {"vocoder_short": -(-window // 32) * 16, "vocoder": window}
+
+
+def constant_state(name: str) -> bool:
+    """Whether decode state tensor `name` (DecodeState.to_tensors) stays as decode_start made
+    it."""
+    return name.startswith("memory_") or name in ("text_mask", "limit")
 
 
 def _convert_tflite(function, quantize: str) -> bytes:

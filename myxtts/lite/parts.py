@@ -12,10 +12,12 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
+from myxtts.errors import MyXTTSError
+
 MANIFEST = "manifest.json"
 
 
-class ExportError(ValueError):
+class ExportError(MyXTTSError, ValueError):
     """A folder that is not an on-device export, or a runtime that is not installed."""
 
 
@@ -31,11 +33,33 @@ def manifest_folder(path: str) -> str:
     return os.path.join(path, str(max(versions)))
 
 
+FORMAT_VERSION = 1  # myxtts.exporters.edge.FORMAT_VERSION this runtime reads
+
+
 def read_manifest(folder: str) -> dict:
-    with open(os.path.join(folder, MANIFEST), encoding="utf-8") as f:
-        manifest = json.load(f)
-    if manifest.get("format") != "myxtts-edge":
-        raise ExportError(f"{folder}/{MANIFEST} is not a myxtts on-device export manifest.")
+    """The manifest of export `folder`; ExportError for one that is not a myxtts on-device
+    manifest, comes from another format version, or names part files that are missing."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ExportError(f"Cannot read {path}: {e}. Export the model again.") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "myxtts-edge":
+        raise ExportError(f"{path} is not a myxtts on-device export manifest: pass the folder "
+                          f"`myxtts-export --format tflite|onnx` wrote.")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ExportError(f"{path} has format version {version}; this myxtts reads version "
+                          f"{FORMAT_VERSION}. Export the checkpoint again with this myxtts (or "
+                          f"run the export with the myxtts that wrote it).")
+    missing = [info["file"] for info in manifest["parts"].values()
+               if not os.path.isfile(os.path.join(folder, info["file"]))]
+    missing += [name for name in ("config.yaml", "vocab.json", "mel_filters.npy", "stft_window.npy")
+                if not os.path.isfile(os.path.join(folder, name))]
+    if missing:
+        raise ExportError(f"{folder} lacks {', '.join(missing)}, which its {MANIFEST} needs: "
+                          f"copy the whole export folder, or export the checkpoint again.")
     return manifest
 
 
@@ -51,15 +75,18 @@ def _tflite_interpreter(path: str, threads: int):
     return Interpreter(model_path=path, num_threads=threads)
 
 
-def tflite_part(path: str, threads: int, outputs: Dict[str, str]
-                ) -> Callable[..., Dict[str, np.ndarray]]:
+class TFLitePart:
     """A LiteRT part; `outputs` maps its signature's output names to the manifest's."""
-    runner = _tflite_interpreter(path, threads).get_signature_runner()
 
-    def run(**inputs) -> Dict[str, np.ndarray]:
-        return {outputs[key]: value for key, value in runner(**inputs).items()}
+    def __init__(self, path: str, threads: int, outputs: Dict[str, str]):
+        # Kept: a signature runner does not keep its interpreter alive, and a collected
+        # interpreter frees the model the runner still reads (memory errors, wrong results).
+        self.interpreter = _tflite_interpreter(path, threads)
+        self.runner = self.interpreter.get_signature_runner()
+        self.outputs = outputs
 
-    return run
+    def __call__(self, **inputs) -> Dict[str, np.ndarray]:
+        return {self.outputs[key]: value for key, value in self.runner(**inputs).items()}
 
 
 def onnx_part(path: str, threads: int, outputs: Dict[str, str]
@@ -85,7 +112,7 @@ def onnx_part(path: str, threads: int, outputs: Dict[str, str]
 
 def load_parts(folder: str, manifest: dict, threads: int = 1,
                only: Optional[set] = None) -> Dict[str, Callable]:
-    load = {"tflite": tflite_part, "onnx": onnx_part}[manifest["runtime"]]
+    load = {"tflite": TFLitePart, "onnx": onnx_part}[manifest["runtime"]]
     return {name: load(os.path.join(folder, info["file"]), threads,
                        {tensor["runtime_name"]: tensor["name"] for tensor in info["outputs"]})
             for name, info in manifest["parts"].items() if only is None or name in only}

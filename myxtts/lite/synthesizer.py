@@ -59,7 +59,7 @@ class LiteDecoder:
     def steps(self, state: dict, steps: int) -> dict:
         """At least `steps` more decoder steps (whole calls of K), fewer once it has ended."""
         for _ in range(-(-steps // self.steps_per_call)):
-            state = self._steps(**state)
+            state = {**state, **self._steps(**state)}  # the part returns what a step changes
             if state["done"][0]:
                 break
         return state
@@ -99,19 +99,23 @@ class LiteVocoder:
     def __init__(self, parts: Dict, manifest: dict, folder: str):
         audio = manifest["audio"]
         self.receptive_field = manifest["streaming"]["vocoder_context"]
-        self.window_frames = manifest["shapes"]["window_frames"]
         self.hop = audio["hop_length"]
         self.log_floor = float(np.log10(audio["mel_floor"]))
-        self.neural = "vocoder" in parts
-        self._part = parts.get("vocoder")
+        # (window frames, part) of the vocoder parts, shortest first
+        self._parts = sorted((info["inputs"][0]["shape"][1], parts[name])
+                             for name, info in manifest["parts"].items()
+                             if name.startswith("vocoder"))
+        self.neural = bool(self._parts)
         self.filters = np.load(os.path.join(folder, "mel_filters.npy"))
         self.stft_window = np.load(os.path.join(folder, "stft_window.npy"))
         self.n_fft, self.win_length = audio["n_fft"], audio["win_length"]
 
     def window(self, mel: np.ndarray, first_frame: int = 0) -> np.ndarray:
         if self.neural:
-            return run_padded(lambda m, _: self._part(mel=m)["waveform"], mel,
-                              self.window_frames, self.log_floor, self.hop)
+            frames, part = next(((f, p) for f, p in self._parts if f >= len(mel)),
+                                self._parts[-1])
+            return run_padded(lambda m, _: part(mel=m)["waveform"], mel, frames,
+                              self.log_floor, self.hop)
         return features.griffin_lim(mel, self.stft_window, self.filters, self.n_fft, self.hop,
                                     self.win_length, first_frame=first_frame)
 

@@ -52,8 +52,9 @@ from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
-                                  in_static_context, key_padding_mask, length_mask, norm_weights,
-                                  slot_buffer, window_mask, write_slot)
+                                  in_static_context, in_xla_context, key_padding_mask,
+                                  length_mask, norm_weights, slot_buffer, window_mask,
+                                  write_slot)
 
 
 class _FunctionCache:
@@ -322,6 +323,12 @@ class XTTSModel(keras.Model):
             s = self._record(s, frames, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
+        if steps == 1 and isinstance(steps, int) and in_static_context() \
+                and not in_xla_context():
+            # One step without a loop (the on-device decode_steps part: LiteRT's WHILE op failed
+            # now and then); its caller runs it only while the item runs.
+            (state,) = body(state)
+            return state
         maximum = steps if isinstance(steps, int) else None
         (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(_invariants(state),),
                                  maximum_iterations=maximum)
