@@ -16,8 +16,7 @@ from myxtts.data.audio import mel_filterbank
 
 
 class GriffinLim:
-    """`GriffinLim.from_config(config.data)(log_mel [T, n_mels]) -> float32 waveform [samples]`
-    (or a batch: log_mel [B, T, n_mels] -> [B, samples], each item as if alone).
+    """`GriffinLim.from_config(config.data)(log_mel [T, n_mels]) -> float32 waveform [samples]`.
 
     The waveform keeps the level the mel describes (clipped to [-1, 1], as the neural vocoders'
     output), so windows of one utterance vocoded apart (streaming) join at one level. The
@@ -54,23 +53,22 @@ class GriffinLim:
             window_fn=tf.signal.inverse_stft_window_fn(self.hop, tf.signal.hann_window))
 
     def _synthesize(self, log_mel, first_frame):
-        mel = tf.pow(10.0, log_mel)  # [..., T, n_mels]: one mel, or a batch of equal lengths
+        mel = tf.pow(10.0, log_mel)  # [T, n_mels]
         magnitude = tf.maximum(tf.matmul(mel, self._inverse), 0.0)
-        magnitude = tf.cast(magnitude, tf.complex64)  # [..., T, n_fft//2+1]
-        frames = tf.shape(magnitude)[-2]
+        magnitude = tf.cast(magnitude, tf.complex64)  # [T, n_fft//2+1]
+        frames = tf.shape(magnitude)[0]
         # Rows first_frame.. of one counter-based table: a window's frames start from the
         # phases the same frames have in the whole utterance.
-        bins = tf.shape(magnitude)[-1]
+        bins = tf.shape(magnitude)[1]
         phase = tf.exp(tf.complex(0.0, tf.random.stateless_uniform(
             [first_frame + frames, bins], seed=[0, 0], maxval=2.0 * np.pi)[first_frame:]))
         spec = magnitude * phase
         previous = spec
         momentum = tf.cast(self.momentum, tf.complex64)
         for _ in tf.range(self.iterations):  # a tf.while_loop: one small graph for any count
-            rebuilt = self._stft(self._istft(spec))[..., :frames, :]
-            missing = frames - tf.shape(rebuilt)[-2]  # frames the round trip lost at the end
-            rebuilt = tf.ensure_shape(tf.concat(
-                [rebuilt, tf.zeros_like(spec[..., :missing, :])], axis=-2), spec.shape)
+            rebuilt = self._stft(self._istft(spec))[:frames]
+            rebuilt = tf.ensure_shape(
+                tf.pad(rebuilt, [[0, frames - tf.shape(rebuilt)[0]], [0, 0]]), spec.shape)
             accelerated = rebuilt + momentum * (rebuilt - previous)
             previous = rebuilt
             spec = magnitude * tf.exp(tf.complex(0.0, tf.math.angle(accelerated)))

@@ -83,9 +83,9 @@ class GriffinLimVocoder:
         return self.griffin_lim(mel, first_frame)
 
     def windows(self, mel, first_frame=0) -> tf.Tensor:
-        """`window` of each of mel windows [B, T, n_mels] that start at the same frame, as one
-        batch."""
-        return self.griffin_lim(mel, first_frame)
+        """`window` of each of mel windows [B, T, n_mels] that start at the same frame."""
+        return tf.map_fn(lambda item: self.griffin_lim(item, first_frame), mel,
+                         fn_output_signature=tf.float32)
 
     def __call__(self, mel, mel_lengths) -> Tuple[tf.Tensor, tf.Tensor]:
         floored, mel_lengths = floor_padding(mel, mel_lengths, self.log_floor)
