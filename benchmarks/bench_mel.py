@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 
 from myxtts.config import XTTSConfig  # noqa: E402
 from myxtts.data import audio  # noqa: E402
-from myxtts.data import audio_io  # noqa: E402
+from myxtts.data import audio_io, audio_math  # noqa: E402
 from tests.mel_reference import librosa_log_mel  # noqa: E402
 
 SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples",
@@ -91,7 +91,7 @@ def main():
     medians = {name: seconds / float(np.median(t)) for name, t in times.items()}
 
     reference = [librosa_log_mel(c, d, np.float64) for c in clips]
-    tf_mels = [mel[row, :audio_io.num_frames(int(n), d.hop_length)]
+    tf_mels = [mel[row, :audio_math.num_frames(int(n), d.hop_length)]
                for mel, lengths in outputs[cpu]
                for row, n in enumerate(lengths)]
     librosa32 = _max_diff(outputs["librosa"], reference)

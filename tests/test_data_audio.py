@@ -13,7 +13,7 @@ import soundfile as sf
 
 from myxtts.config import XTTSConfig
 from myxtts.data import audio
-from myxtts.data import audio_io
+from myxtts.data import audio_io, audio_math
 from tests.data_samples import sample_rows, tiny_config
 from tests.mel_reference import librosa_log_mel
 
@@ -49,7 +49,7 @@ class LogMelParityTest(unittest.TestCase):
             for width, rows in ((8000, 3), (1, 2), (d.n_fft, 1), (700, 0)):
                 batch = rng.normal(0, 0.1, (rows, width)).astype(np.float32)
                 one = plain(batch).numpy()
-                self.assertEqual(one.shape, (rows, audio_io.num_frames(width, hop), d.n_mels))
+                self.assertEqual(one.shape, (rows, audio_math.num_frames(width, hop), d.n_mels))
                 # 4 launches of 3 short rows: some get only padding; 5 divides no launch's frames
                 for parts, chunk in ((1, 0), (2, 0), (4, 0), (2, 24), (3, 5), (4, 1)):
                     got = audio.LogMel.from_config(d, xla_parts=parts, chunk_frames=chunk)(batch)
@@ -74,8 +74,8 @@ class LogMelParityTest(unittest.TestCase):
         batch[0, :len(a)], batch[1, :len(b)] = a, b
         mel, lengths = log_mel.masked(batch, np.array([len(a), len(b)], np.int32))
         mel, lengths = mel.numpy(), lengths.numpy()
-        self.assertEqual(list(lengths), [audio_io.num_frames(len(a), d.hop_length),
-                                         audio_io.num_frames(len(b), d.hop_length)])
+        self.assertEqual(list(lengths), [audio_math.num_frames(len(a), d.hop_length),
+                                         audio_math.num_frames(len(b), d.hop_length)])
         for row, samples in enumerate((a, b)):
             alone = librosa_log_mel(samples, d)
             self.assertLessEqual(float(np.abs(mel[row, :lengths[row]] - alone).max()), PARITY)
@@ -105,7 +105,7 @@ class DecodeTest(unittest.TestCase):
             sf.write(path, padded, d.sample_rate, subtype="FLOAT")
             trimmed = audio_io.decode(path, d.sample_rate, trim_silence=True, trim_top_db=40).samples
         self.assertLess(len(trimmed), len(samples) + 2000)
-        louder = audio_io.normalize_loudness(samples, -20.0)
+        louder = audio_math.normalize_loudness(samples, -20.0)
         rms_db = 20 * np.log10(np.sqrt(np.mean(louder.astype(np.float64) ** 2)))
         self.assertTrue(abs(rms_db + 20.0) < 0.5 or np.abs(louder).max() >= 0.98)
 

@@ -22,7 +22,6 @@ import soundfile as sf
 
 from myxtts.data.metadata import FFMPEG_EXTENSIONS
 
-SILENCE_PEAK = 1e-3  # -60 dBFS: a recording whose peak stays below this is silence
 
 
 class FFmpegMissingError(RuntimeError):
@@ -76,28 +75,6 @@ def _read_with_ffmpeg(path: str) -> Tuple[np.ndarray, int]:
             raise RuntimeError(f"ffmpeg cannot decode it: "
                                f"{' '.join(result.stderr.split())[:200] or 'no audio stream'}")
         return sf.read(wav, dtype="float32", always_2d=True)
-
-
-def normalize_loudness(samples: np.ndarray, target_rms_db: float) -> np.ndarray:
-    """Scales to the target RMS level (dBFS), then limits the peak to 0.99 to avoid clipping."""
-    rms = float(np.sqrt(np.mean(np.square(samples), dtype=np.float64))) if samples.size else 0.0
-    if rms <= 0.0:
-        return samples
-    scaled = samples * (10.0 ** (target_rms_db / 20.0) / rms)
-    peak = float(np.max(np.abs(scaled)))
-    if peak > 0.99:
-        scaled *= 0.99 / peak
-    return scaled.astype(np.float32)
-
-
-def num_frames(num_samples: int, hop_length: int) -> int:
-    """Mel frames of a centred STFT (librosa center=True): 1 + samples // hop."""
-    return 1 + num_samples // hop_length
-
-
-def samples_for_frames(frames: int, hop_length: int) -> int:
-    """Largest sample count that gives exactly `frames` centred frames."""
-    return frames * hop_length - 1
 
 
 def reference_slice(num_samples: int, sample_rate: int, min_seconds: float, max_seconds: float,

@@ -23,7 +23,7 @@ import tqdm
 
 from myxtts.data import audio as audio_lib
 
-from myxtts.data import audio_io, voice_shifts
+from myxtts.data import audio_io, audio_math, voice_shifts
 from myxtts.data.validation import Item
 
 logger = logging.getLogger("myxtts.data")
@@ -56,7 +56,7 @@ def load_samples(item: Item, data_config) -> np.ndarray:
                                            item.voice_shift, item.num_samples)
     samples = samples[:item.num_samples]
     if d.normalize_loudness:
-        samples = audio_io.normalize_loudness(samples, d.target_rms_db)
+        samples = audio_math.normalize_loudness(samples, d.target_rms_db)
     return samples
 
 

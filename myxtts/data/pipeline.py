@@ -66,7 +66,7 @@ import tensorflow as tf
 
 from myxtts.data import audio as audio_lib
 
-from myxtts.data import audio_io
+from myxtts.data import audio_io, audio_math
 from myxtts.data import cache as cache_lib
 from myxtts.data import voice_shifts
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
@@ -108,11 +108,11 @@ class InputPipeline:
 
         r = config.model.reduction_factor
         everything = self.items["train"] + self.items["val"]
-        frames = [audio_io.num_frames(it.num_samples, d.hop_length) for it in everything]
+        frames = [audio_math.num_frames(it.num_samples, d.hop_length) for it in everything]
         self.buckets: List[Bucket] = make_buckets(
             frames, [max(1, len(it.tokens)) for it in everything], d.num_buckets,
             d.bucket_boundaries, d.batch_size, r, replicas=replicas)
-        self.ref_frames = audio_io.num_frames(int(d.ref_max_seconds * d.sample_rate),
+        self.ref_frames = audio_math.num_frames(int(d.ref_max_seconds * d.sample_rate),
                                                d.hop_length)
         self.train_steps_per_epoch = self._count_batches(self.items["train"])
         if shard:
@@ -180,7 +180,7 @@ class InputPipeline:
 
     # ---- batching ------------------------------------------------------------------------------
     def _count_batches(self, items) -> int:
-        counts = collections.Counter(bucket_index(self.buckets, audio_io.num_frames(
+        counts = collections.Counter(bucket_index(self.buckets, audio_math.num_frames(
             it.num_samples, self.data_config.hop_length)) for it in items)
         return sum(math.ceil(n / self.buckets[b].batch_size) for b, n in counts.items())
 
@@ -263,7 +263,7 @@ class InputPipeline:
         d = self.data_config
         items = self.items[split]
         pools = self._reference_pools[split]
-        ref_samples = audio_io.samples_for_frames(self.ref_frames, d.hop_length)
+        ref_samples = audio_math.samples_for_frames(self.ref_frames, d.hop_length)
 
         def load(index):
             i = int(index)
@@ -318,7 +318,7 @@ class InputPipeline:
         decoding any audio: the same bucketing runs over the lengths in the metadata. Each
         bucket's batches are consecutive runs of its utterances in `order`, so the batches of
         what is left are exactly the later batches of the whole order (resuming mid-epoch)."""
-        frames = np.array([audio_io.num_frames(it.num_samples, self.data_config.hop_length)
+        frames = np.array([audio_math.num_frames(it.num_samples, self.data_config.hop_length)
                            for it in items], np.int64)
         ds = tf.data.Dataset.from_tensor_slices({"index": order.astype(np.int64),
                                                  "frames": frames[order]})

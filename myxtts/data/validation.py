@@ -42,7 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from myxtts.atomic_write import atomic_write
-from myxtts.data import audio_io
+from myxtts.data import audio_io, audio_math
 from myxtts.data import text as text_lib
 from myxtts.data.metadata import DatasetError, ParseProblem, Row
 from myxtts.data.splitting import split_utterance, voiced_intervals
@@ -335,7 +335,7 @@ def _audio_problem(facts: AudioFacts, data_config) -> Optional[Tuple[str, str]]:
         return "empty_audio", "0 samples"
     if not facts.finite:
         return "nonfinite_audio", "NaN or Inf samples"
-    if facts.peak < audio_io.SILENCE_PEAK:
+    if facts.peak < audio_math.SILENCE_PEAK:
         return "silent_audio", f"peak {facts.peak:.2g}"
     seconds = facts.num_samples / d.sample_rate
     if seconds < d.min_audio_seconds:

@@ -47,7 +47,7 @@ from tensorflow.python.framework.convert_to_constants import (  # no public equi
     convert_variables_to_constants_v2)
 
 from myxtts.atomic_write import atomic_write
-from myxtts.data import audio_io
+from myxtts.data import audio_math
 from myxtts.data.audio import LogMel, mel_filterbank
 from myxtts.exporters.registry import register
 from myxtts.exporters.versions import publish_version
@@ -108,7 +108,7 @@ class EdgeGraphs:
         budget = sentence_token_budget(m.max_text_positions, self.max_steps,
                                        m.reduction_factor, m.max_frames_per_token)
         self.text_positions = -(-budget // TOKEN_PADDING) * TOKEN_PADDING
-        self.reference_frames = audio_io.num_frames(reference_sample_count(d), d.hop_length)
+        self.reference_frames = audio_math.num_frames(reference_sample_count(d), d.hop_length)
         self.vocoder = vocoder
         # Without a vocoder the runtime's numpy Griffin-Lim takes Griffin-Lim's window context.
         self.vocoder_context = vocoder.receptive_field if vocoder else GRIFFIN_LIM_CONTEXT

@@ -13,7 +13,7 @@ import numpy as np
 import soundfile as sf
 
 from myxtts.config import DataConfig
-from myxtts.data import audio_io
+from myxtts.data import audio_io, audio_math
 from myxtts.errors import MyXTTSError
 
 
@@ -22,11 +22,9 @@ class ReferenceAudioError(MyXTTSError, ValueError):
 
 
 def reference_sample_count(data: DataConfig) -> int:
-    """The most samples of a reference the model reads: the data.ref_max_seconds whose frames
-    the log-mel gives exactly."""
-    return audio_io.samples_for_frames(
-        audio_io.num_frames(int(data.ref_max_seconds * data.sample_rate), data.hop_length),
-        data.hop_length)
+    """The most samples of a reference the model reads (audio_math.reference_sample_count)."""
+    return audio_math.reference_sample_count(data.sample_rate, data.hop_length,
+                                             data.ref_max_seconds)
 
 
 def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
@@ -45,7 +43,7 @@ def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
             f"the target speaker (wav, flac, ogg, mp3 or any format libsndfile reads; "
             f"m4a/aac/mp4/webm with ffmpeg installed).") from None
     if samples.size == 0 or not np.all(np.isfinite(samples)) or \
-            float(np.max(np.abs(samples))) < audio_io.SILENCE_PEAK:
+            float(np.max(np.abs(samples))) < audio_math.SILENCE_PEAK:
         raise ReferenceAudioError(
             f"The reference audio {name} holds no usable samples (empty, silent or not "
             f"finite). Pass a {data.ref_min_seconds:g}-{data.ref_max_seconds:g} s recording "
@@ -58,5 +56,5 @@ def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
             f"{min_seconds:g} s a voice needs. Pass a longer recording of the target speaker "
             f"({data.ref_min_seconds:g}-{data.ref_max_seconds:g} s of speech).")
     if data.normalize_loudness:
-        samples = audio_io.normalize_loudness(samples, data.target_rms_db)
+        samples = audio_math.normalize_loudness(samples, data.target_rms_db)
     return samples[: reference_sample_count(data)]

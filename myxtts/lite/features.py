@@ -1,6 +1,6 @@
 """Audio features of the on-device runtime in numpy: the log-mel, speaker-reference preparation
 and Griffin-Lim, without TensorFlow, Keras or librosa (imports: numpy, soundfile, soxr and the
-standard-library-only myxtts.data.metadata).
+standard-library-and-numpy-only myxtts.data.metadata and myxtts.data.audio_math).
 
 What it guarantees (tests/test_lite_features.py measures it against the TensorFlow/librosa code):
 
@@ -26,9 +26,9 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from myxtts.data import audio_math
 from myxtts.data.metadata import FFMPEG_EXTENSIONS
 
-SILENCE_PEAK = 1e-3  # myxtts.data.audio_io.SILENCE_PEAK: a reference quieter than this is silence
 # librosa.effects.trim's defaults: RMS frames of 2048 samples every 512, amplitude floor 1e-5.
 TRIM_FRAME, TRIM_HOP, TRIM_POWER_FLOOR = 2048, 512, 1e-5 ** 2
 
@@ -61,13 +61,13 @@ def prepare_reference(path: str, settings: dict) -> np.ndarray:
     if settings["trim_silence"] and samples.size and np.all(np.isfinite(samples)):
         samples = trim_silence(samples, settings["trim_top_db"])
     if samples.size == 0 or not np.all(np.isfinite(samples)) or \
-            float(np.max(np.abs(samples))) < SILENCE_PEAK:
+            float(np.max(np.abs(samples))) < audio_math.SILENCE_PEAK:
         raise ValueError(
             f"The reference audio {path} holds no usable samples (empty, silent or not finite). "
             f"Pass a recording of the target speaker (its first {settings['ref_max_seconds']:g} "
             f"s are used).")
     if settings["normalize_loudness"]:
-        samples = normalize_loudness(samples, settings["target_rms_db"])
+        samples = audio_math.normalize_loudness(samples, settings["target_rms_db"])
     return samples[:reference_sample_count(settings)]
 
 
@@ -114,25 +114,10 @@ def trim_silence(samples: np.ndarray, top_db: float) -> np.ndarray:
     return samples[loud[0] * TRIM_HOP:min(samples.size, (loud[-1] + 1) * TRIM_HOP)]
 
 
-def normalize_loudness(samples: np.ndarray, target_rms_db: float) -> np.ndarray:
-    """myxtts.data.audio_io.normalize_loudness: scaled to the target RMS level (dBFS), then the
-    peak limited to 0.99."""
-    rms = float(np.sqrt(np.mean(np.square(samples), dtype=np.float64))) if samples.size else 0.0
-    if rms <= 0.0:
-        return samples
-    scaled = samples * (10.0 ** (target_rms_db / 20.0) / rms)
-    peak = float(np.max(np.abs(scaled)))
-    if peak > 0.99:
-        scaled *= 0.99 / peak
-    return scaled.astype(np.float32)
-
-
 def reference_sample_count(settings: dict) -> int:
-    """myxtts.inference.reference_audio.reference_sample_count: the most samples whose centred
-    frames are those of ref_max_seconds."""
-    hop = settings["hop_length"]
-    frame_count = 1 + int(settings["ref_max_seconds"] * settings["sample_rate"]) // hop
-    return frame_count * hop - 1
+    """audio_math.reference_sample_count of the manifest's settings."""
+    return audio_math.reference_sample_count(settings["sample_rate"], settings["hop_length"],
+                                             settings["ref_max_seconds"])
 
 
 def griffin_lim(log_mel: np.ndarray, window: np.ndarray, filters: np.ndarray, n_fft: int,

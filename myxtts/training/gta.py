@@ -21,7 +21,7 @@ import tensorflow as tf
 from myxtts.atomic_write import atomic_write
 from myxtts.config import ConfigError
 from myxtts.data import audio as audio_lib
-from myxtts.data import audio_io
+from myxtts.data import audio_math
 from myxtts.data import cache as cache_lib
 from myxtts.errors import MyXTTSError
 from myxtts.inference.checkpoint_loading import load_checkpoint
@@ -64,7 +64,7 @@ def teacher_forced_mels(acoustic_dir: str, items, config, out_dir: str,
     d = config.data
     r = loaded.config.model.reduction_factor
     log_mel = audio_lib.LogMel.from_config(d)
-    ref_frames = audio_io.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length)
+    ref_frames = audio_math.num_frames(int(d.ref_max_seconds * d.sample_rate), d.hop_length)
     model = loaded.model
     forward = tf.function(lambda batch: model(batch, training=False)["mel_after"],
                           reduce_retracing=True)
