@@ -83,10 +83,15 @@ class GeneratorTest(unittest.TestCase):
                 frames = tf.signal.frame(tf.pad(audio, [[0, 0], [n_fft // 2, n_fft // 2]]),
                                          n_fft, hop)[:, :20]
                 spectrum = tf.signal.rfft(frames * window)
-                restored = generator._inverse_stft(spectrum).numpy()  # pylint: disable=W0212
-                self.assertEqual(restored.shape, audio.shape)
-                np.testing.assert_allclose(restored[:, :19 * hop], audio[:, :19 * hop],
-                                           atol=1e-5)
+                # pylint: disable=protected-access
+                # The inverse FFT as TensorFlow's op, and as the on-device graphs' matmuls.
+                for inverse in (tf.signal.irfft(spectrum, [n_fft]),
+                                generator._inverse_rfft_as_matmul(tf.math.real(spectrum),
+                                                                  tf.math.imag(spectrum))):
+                    restored = generator._inverse_stft(inverse).numpy()
+                    self.assertEqual(restored.shape, audio.shape)
+                    np.testing.assert_allclose(restored[:, :19 * hop], audio[:, :19 * hop],
+                                               atol=1e-5)
                 self.assertLessEqual(np.abs(restored).max(), np.abs(audio).max() + 1e-5)
 
     def test_vocos_needs_an_fft_of_at_least_two_hops(self):
