@@ -58,8 +58,10 @@ class ShiftedSpeakersInThePipelineTest(unittest.TestCase):
                 self.assertEqual(copy.speaker, f"{original.speaker}~{factor:g}")
                 self.assertEqual(copy.tokens, original.tokens)
         self.assertTrue(all(it.voice_shift == 1.0 for it in self.pipeline.items["val"]))
-        pools = self.pipeline._reference_pools["train"]  # pylint: disable=protected-access
-        for item, pool in zip(train, pools):
+        pools = self.pipeline.reference_pools
+        for index, item in enumerate(train):
+            pool = pools.pool("train", index)
+            self.assertTrue(pool)
             self.assertTrue(all(ref.speaker == item.speaker and ref.clip != item.clip
                                 for ref in pool), item.id)
 

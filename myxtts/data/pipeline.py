@@ -72,7 +72,7 @@ from myxtts.data import voice_shifts
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
 from myxtts.data.feeder import DeviceFeeder
 from myxtts.data.prepare import VOCAB_FILE, prepare_dataset
-from myxtts.data.validation import reference_pools
+from myxtts.data.validation import ReferencePools
 
 logger = logging.getLogger("myxtts.data")
 
@@ -129,7 +129,7 @@ class InputPipeline:
 
         # Each item's speaker reference is another utterance of its speaker (validation made
         # sure there is one): never the target itself, in either feature mode.
-        self._reference_pools = reference_pools(self.items)
+        self.reference_pools = ReferencePools(self.items)
         # XLA fuses framing, the float64 window/FFT and the mel projection; batches have one
         # static shape per bucket, so it compiles once per bucket.
         self._log_mel = audio_lib.LogMel.for_device(
@@ -139,12 +139,12 @@ class InputPipeline:
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
         self._bank = None
-        self._train_clips = {it.clip for it in self.items["train"]}
         if self.feature_mode == "cached":
             for split in ("train", "val"):
                 if self.items[split]:
                     self._shards[split] = cache_lib.ensure_cache(
                         self.items[split], split, d, prepared.cache_dir, data_device)
+        self._cache_dir = prepared.cache_dir
 
     # ---- public ------------------------------------------------------------------------------
     def train_dataset(self, epoch: int, *, skip_batches: int = 0) -> tf.data.Dataset:
@@ -262,7 +262,7 @@ class InputPipeline:
                       skip_batches: int) -> tf.data.Dataset:
         d = self.data_config
         items = self.items[split]
-        pools = self._reference_pools[split]
+        pools = self.reference_pools
         ref_samples = audio_math.samples_for_frames(self.ref_frames, d.hop_length)
 
         def load(index):
@@ -270,7 +270,7 @@ class InputPipeline:
             item = items[i]
             samples = cache_lib.load_samples(item, d)
             rng = np.random.default_rng([d.seed, epoch, i])
-            pool = pools[i]
+            pool = pools.pool(split, i)
             ref = cache_lib.load_samples(pool[int(rng.integers(len(pool)))], d)
             start, length = audio_io.reference_slice(len(ref), d.sample_rate, d.ref_min_seconds,
                                                       d.ref_max_seconds, rng)
@@ -331,40 +331,49 @@ class InputPipeline:
 
     # ---- cached mode: mels from TFRecords -------------------------------------------------------
     def _cached_elements(self, split: str, epoch: int, training: bool) -> tf.data.Dataset:
+        """Pure TensorFlow ops (no Python callbacks, no lookup tables), so the dataset can also
+        run on tf.data service workers."""
         d = self.data_config
         items = self.items[split]
         shards = list(self._shards[split])
         if training:
             shards = [shards[i] for i in
                       np.random.default_rng([d.seed, epoch]).permutation(len(shards))]
-        table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-            tf.constant([it.id for it in items]), tf.range(len(items), dtype=tf.int64)), -1)
+        lengths = np.fromiter((len(it.tokens) for it in items), np.int64, len(items))
         tokens = tf.RaggedTensor.from_row_lengths(
-            tf.constant([t for it in items for t in it.tokens], tf.int32),
-            tf.constant([len(it.tokens) for it in items], tf.int64))
-        languages = tf.constant([it.language_id for it in items], tf.int32)
+            np.fromiter((t for it in items for t in it.tokens), np.int32, int(lengths.sum())),
+            lengths)
+        languages = tf.constant(np.fromiter((it.language_id for it in items), np.int32,
+                                            len(items)))
         log_floor = math.log10(d.mel_floor)
         frames_per_second = d.sample_rate / d.hop_length
         ref_min = max(1, int(d.ref_min_seconds * frames_per_second))
         ref_max = self.ref_frames
-        bank_mels, bank_lengths, candidates = self._reference_bank(split)
+        bank = self._reference_bank(split)
 
         def parse(serialized):
-            uid, mel = cache_lib.parse_record(serialized, d.n_mels)
-            return {"index": table.lookup(uid), "mel": mel}
+            index, mel = cache_lib.parse_record(serialized, d.n_mels)
+            return {"index": index, "mel": mel}
 
         def to_element(record):
             index = record["index"]
             mel = record["mel"]
             seed = tf.stack([tf.cast(d.seed * 100003 + epoch, tf.int64), index])
-            choices = candidates[index]
-            pick = tf.random.stateless_uniform([], seed + 2, 0, tf.shape(choices)[0], tf.int32)
-            source = tf.gather(choices, pick)
-            n = tf.gather(bank_lengths, source)
+            # one of the bank rows of the item's speaker (its training rows, for a training
+            # item), never the item's own row
+            speaker = tf.gather(bank["speaker"], index)
+            first = tf.gather(bank["first"], speaker)
+            count = tf.gather(bank["count"], speaker)
+            own = tf.gather(bank["own"], index)
+            own_in = tf.cast((own >= 0) & (own < count), tf.int32)
+            pick = tf.random.stateless_uniform([], seed + 2, 0, count - own_in, tf.int32)
+            pick = pick + tf.cast((own_in > 0) & (pick >= own), tf.int32)
+            source = first + pick
+            n = tf.gather(bank["lengths"], source)
             lo = tf.minimum(ref_min, n)
             length = tf.random.stateless_uniform([], seed, lo, n + 1, tf.int32)
             start = tf.random.stateless_uniform([], seed + 1, 0, n - length + 1, tf.int32)
-            ref = tf.gather(bank_mels, source)[start:start + length]
+            ref = tf.gather(bank["mels"], source)[start:start + length]
             ref = tf.pad(ref, [[0, ref_max - length], [0, 0]], constant_values=log_floor)
             ref.set_shape([ref_max, d.n_mels])
             toks = tokens[index]
@@ -378,46 +387,59 @@ class InputPipeline:
             ds = ds.shuffle(d.shuffle_buffer, seed=d.seed * 100003 + epoch,
                             reshuffle_each_iteration=False)
         ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=True)
-        ds = ds.filter(lambda r: r["index"] >= 0)
         if training and self.shard:
             ds = ds.filter(lambda r: self._in_shard(r["index"]))
         ds = ds.map(to_element, num_parallel_calls=self._parallel, deterministic=True)
         return self._bucketed(ds, "mel_lengths", {"mel": log_floor}, {"mel": 1})
 
-    def _reference_bank(self, split: str):
-        """Cached mode's speaker references: (mels [N, ref_frames, n_mels] of up to 32
-        utterances per speaker (first ref_frames frames, padded), their lengths [N], and for each
-        item of `split` the bank rows it may use (ragged [items, None]): rows of its reference
-        pool (validation.reference_pools), so never the item itself). Built once, read from the
-        feature cache."""
+    def _reference_bank(self, split: str) -> Dict[str, tf.Tensor]:
+        """Cached mode's speaker references, sized by speakers, not utterances: the mel starts
+        (first ref_frames frames) of up to 32 utterances per speaker, training utterances
+        first (`mels` [rows, ref_frames, n_mels], `lengths` [rows]); each speaker's rows are
+        `first`[s] .. `first`[s] + `count`[s] - 1, where `count` covers only the training rows
+        for the training split (a training item never takes a validation utterance as its
+        reference) and all of them for the others; `speaker` [items] and `own` [items] give
+        each item of `split` its speaker and its own row within the speaker's rows (-1 when it
+        has none). Read from the feature cache once (cache.reference_bank keeps it)."""
+        d = self.data_config
         if self._bank is None:
-            d = self.data_config
-            members: Dict[str, Dict[object, object]] = collections.defaultdict(dict)
-            for pools in self._reference_pools.values():
-                for pool in pools:
-                    for item in sorted(pool, key=lambda it: it.clip not in self._train_clips):
-                        members[item.speaker].setdefault(item.clip, item)
-            cap = max(2, min(32, 1024 // max(1, len(members))))
-            chosen = [it for speaker in sorted(members)
-                      for it in list(members[speaker].values())[:cap]]
-            rows = {it.clip: i for i, it in enumerate(chosen)}
-            mels = np.full([len(chosen), self.ref_frames, d.n_mels], math.log10(d.mel_floor),
-                           np.float32)
-            lengths = np.zeros([len(chosen)], np.int32)
-            for bank_split, shards in self._shards.items():
-                by_id = {it.id: it.clip for it in self.items[bank_split] if it.clip in rows}
-                for record in tf.data.TFRecordDataset(shards):
-                    uid, mel = cache_lib.parse_record(record, d.n_mels)
-                    clip = by_id.get(uid.numpy().decode("utf-8"))
-                    if clip is not None:
-                        mel = mel.numpy()[: self.ref_frames]
-                        mels[rows[clip], : len(mel)] = mel
-                        lengths[rows[clip]] = len(mel)
-            self._bank = (tf.constant(mels), tf.constant(lengths), rows)
-        mels, lengths, rows = self._bank
-        candidates = [[rows[it.clip] for it in pool if it.clip in rows]
-                      for pool in self._reference_pools[split]]
-        return mels, lengths, tf.ragged.constant(candidates, dtype=tf.int32, ragged_rank=1)
+            pools = self.reference_pools
+            speakers = sorted({it.speaker for its in self.items.values() for it in its})
+            cap = max(2, min(32, 1024 // max(1, len(speakers))))
+            train_clips, chosen, rows, blocks = set(), [], {}, {}
+            for speaker in speakers:
+                start = len(chosen)
+                for member in pools.members("val", speaker):
+                    if member.clip not in rows and len(chosen) - start < cap:
+                        rows[member.clip] = len(chosen) - start
+                        chosen.append(member.clip)
+                blocks[speaker] = (start, len(chosen))
+            position = {}
+            for split_name in ("val", "train"):  # a clip in both splits is read from train
+                wanted = set(rows)
+                for i, item in enumerate(self.items[split_name]):
+                    if item.clip in wanted:
+                        position[item.clip] = (split_name, i)
+                        if split_name == "train":
+                            train_clips.add(item.clip)
+            members = [position[clip] for clip in chosen]
+            for speaker, (start, end) in blocks.items():
+                trained = sum(clip in train_clips for clip in chosen[start:end])
+                blocks[speaker] = (start, trained, end - start)
+            mels, lengths = cache_lib.reference_bank(members, self._shards, self.ref_frames,
+                                                     d, self._cache_dir)
+            self._bank = (tf.constant(mels), tf.constant(lengths), rows, blocks, speakers)
+        mels, lengths, rows, blocks, speakers = self._bank
+        speaker_ids = {s: i for i, s in enumerate(speakers)}
+        items = self.items[split]
+        count_index = 1 if split == "train" else 2
+        return {"mels": mels, "lengths": lengths,
+                "first": tf.constant([blocks[s][0] for s in speakers], tf.int32),
+                "count": tf.constant([blocks[s][count_index] for s in speakers], tf.int32),
+                "speaker": tf.constant(np.fromiter((speaker_ids[it.speaker] for it in items),
+                                                   np.int32, len(items))),
+                "own": tf.constant(np.fromiter((rows.get(it.clip, -1) for it in items),
+                                               np.int32, len(items)))}
 
     # ---- featurization (data device) ------------------------------------------------------------
     def _featurize_batch(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:

@@ -476,36 +476,53 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
     return report, items, tokenizer
 
 
-def reference_pools(items: Dict[str, List[Item]]) -> Dict[str, List[List[Item]]]:
-    """For each split, each item's possible speaker references: the other utterances of its
-    speaker in the training split and in its own split, never the item itself (a model that
-    sees its target as the reference can copy instead of reading). May be empty."""
-    by_speaker: Dict[Tuple[str, str], List[Item]] = collections.defaultdict(list)
-    for split, split_items in items.items():
-        for item in split_items:
-            by_speaker[(split, item.speaker)].append(item)
-    pools = {}
-    for split, split_items in items.items():
-        pools[split] = []
-        for item in split_items:
-            pool = list(by_speaker.get(("train", item.speaker), []))
-            if split != "train":
-                pool += by_speaker.get((split, item.speaker), [])
-            pools[split].append([other for other in pool if other.clip != item.clip])
-    return pools
+class ReferencePools:
+    """Each item's possible speaker references: the other utterances of its speaker in the
+    training split and in its own split, never the item itself (a model that sees its target as
+    the reference can copy instead of reading). Held per (split, speaker), so memory grows with
+    the utterances, not with their square; `pool` lists one item's references when asked."""
+
+    def __init__(self, items: Dict[str, List[Item]]):
+        self.items = items
+        self._members: Dict[Tuple[str, str], List[Item]] = collections.defaultdict(list)
+        self._clips: Dict[Tuple[str, str], collections.Counter] = collections.defaultdict(
+            collections.Counter)
+        for split, split_items in items.items():
+            for item in split_items:
+                self._members[(split, item.speaker)].append(item)
+                self._clips[(split, item.speaker)][item.clip] += 1
+
+    def _keys(self, split: str, speaker: str) -> List[Tuple[str, str]]:
+        return [("train", speaker)] + ([(split, speaker)] if split != "train" else [])
+
+    def members(self, split: str, speaker: str) -> List[Item]:
+        """Every utterance an item of `speaker` in `split` may take its reference from (the
+        training split's first), the item itself included."""
+        return [it for key in self._keys(split, speaker) for it in self._members.get(key, ())]
+
+    def pool(self, split: str, index: int) -> List[Item]:
+        """The references of item `index` of `split`. May be empty."""
+        item = self.items[split][index]
+        return [it for it in self.members(split, item.speaker) if it.clip != item.clip]
+
+    def size(self, split: str, index: int) -> int:
+        item = self.items[split][index]
+        return sum(len(self._members.get(key, ())) - self._clips[key][item.clip]
+                   for key in self._keys(split, item.speaker) if key in self._members)
 
 
 def _drop_items_without_reference(items: Dict[str, List[Item]]) -> List[Problem]:
     """Leaves out (and reports) items whose speaker has no other utterance to use as the
-    reference; see reference_pools."""
+    reference; see ReferencePools."""
     problems: List[Problem] = []
     dropped = True
     while dropped:  # a dropped training item may have been a validation item's only reference
         dropped = False
-        for split, pools in reference_pools(items).items():
+        pools = ReferencePools(items)
+        for split, split_items in list(items.items()):
             keep = []
-            for item, pool in zip(items[split], pools):
-                if pool:
+            for index, item in enumerate(split_items):
+                if pools.size(split, index):
                     keep.append(item)
                     continue
                 dropped = True

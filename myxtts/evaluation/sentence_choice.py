@@ -200,10 +200,10 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
     (picks, ids of sentences whose speaker has no other usable utterance)."""
     # pylint: disable=import-outside-toplevel
     from myxtts.data.prepare import default_cache_dir
-    from myxtts.data.validation import reference_pools, validate
+    from myxtts.data.validation import ReferencePools, validate
     d = config.data
     # The other rows play the training split's part: references come from them and from the
-    # other held-out rows of the speaker (validation.reference_pools), as in training.
+    # other held-out rows of the speaker (validation.ReferencePools), as in training.
     report, items, _ = validate({"train": sentences.others, "held_out": sentences.held_out}, {},
                                 d, os.path.join(default_cache_dir(d, sentences.data_dir),
                                                 "validation_cache.json"), tokenizer)
@@ -233,10 +233,10 @@ def pick_sentences(sentences: Sentences, config: XTTSConfig, tokenizer, num: int
         picks = [Pick(usable[i], texts[usable[i].id], usable[fixed[usable[i].speaker]])
                  for i in chosen]
     else:
-        pools = reference_pools(items)["held_out"]
+        pools = ReferencePools(items)
         picks = []
         for i in spread_over_speakers([item.speaker for item in usable], num, rng):
-            pool = pools[i]
+            pool = pools.pool("held_out", i)
             picks.append(Pick(usable[i], texts[usable[i].id],
                               pool[int(rng.integers(len(pool)))]))
     return _with_cross_references(picks, rng), lonely
