@@ -14,7 +14,7 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from myxtts.config import DataConfig
-from myxtts.data.buckets import make_buckets, optimal_boundaries, padding_fraction
+from myxtts.data.buckets import BucketError, make_buckets, optimal_boundaries, padding_fraction
 from myxtts.data.feeder import DeviceFeeder
 from myxtts.data.pipeline import InputPipeline
 from tests.data_samples import SAMPLE_DIR, copy_sample_rows, tiny_config, write_metadata
@@ -37,6 +37,19 @@ class BucketTest(unittest.TestCase):
             self.assertLessEqual(abs(b.frames * b.batch_size - 16 * buckets[-1].frames),
                                  b.frames)
         self.assertGreaterEqual(buckets[-1].frames, frames.max())
+
+    def test_frame_budget_batches_respect_the_budget(self):
+        frames = np.random.default_rng(2).integers(40, 700, 500)
+        for replicas in (1, 2):
+            buckets = make_buckets(frames, frames // 8, 4, [], 16, 3, replicas=replicas,
+                                   max_frames_per_batch=3000)
+            for b in buckets:
+                self.assertLessEqual(b.frames * b.batch_size, 3000)
+                self.assertGreater(b.frames * (b.batch_size + replicas), 3000)  # filled
+                self.assertEqual(b.batch_size % replicas, 0)
+        with self.assertRaisesRegex(BucketError, "max_frames_per_batch 600 holds no 1 "
+                                                 "utterance.*at least 699"):
+            make_buckets(frames, frames // 8, 4, [], 16, 3, max_frames_per_batch=600)
 
     def test_bucketing_cuts_padding(self):
         frames = np.random.default_rng(1).normal(500, 170, 5000).clip(90, 870).astype(int)

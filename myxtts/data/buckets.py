@@ -2,8 +2,9 @@
 
 Each bucket has a static padded mel length (a multiple of model.reduction_factor), a static padded
 token length and its own batch size, chosen so every bucket holds about the same number of padded
-mel frames (data.batch_size utterances in the longest bucket, more in shorter ones): even memory
-across buckets. Boundaries come from data.bucket_boundaries or, when that is empty, from the
+mel frames: data.batch_size utterances in the longest bucket and proportionally more in shorter
+ones, or, with data.max_frames_per_batch, as many as fit that budget of padded frames (a budget
+that does not depend on the corpus' longest utterance). Boundaries come from data.bucket_boundaries or, when that is empty, from the
 training set's lengths: the data.num_buckets boundaries that minimise the padded frames (exact
 dynamic programme over the distinct lengths; quantiles leave more padding on skewed data).
 This module does not import TensorFlow.
@@ -16,6 +17,8 @@ import math
 from typing import List, Sequence
 
 import numpy as np
+
+from myxtts.errors import MyXTTSError
 
 MAX_DISTINCT = 1500
 
@@ -65,12 +68,18 @@ def optimal_boundaries(lengths: Sequence[int], num_buckets: int) -> List[int]:
     return sorted(bounds)
 
 
+class BucketError(MyXTTSError, ValueError):
+    """A frame budget too small for the longest bucket."""
+
+
 def make_buckets(frame_lengths: Sequence[int], token_lengths: Sequence[int], num_buckets: int,
                  boundaries: Sequence[int], batch_size: int, reduction_factor: int,
-                 token_multiple: int = 8, replicas: int = 1) -> List[Bucket]:
+                 token_multiple: int = 8, replicas: int = 1,
+                 max_frames_per_batch: int = 0) -> List[Bucket]:
     """Buckets covering every given utterance (train and validation together, so both see the
-    same shapes). Batch sizes are rounded up to a multiple of `replicas`, so every model replica
-    of a tf.distribute strategy gets a slice of the same padded shape."""
+    same shapes). Batch sizes are rounded up to a multiple of `replicas` (with a frame budget:
+    down, and at least `replicas`), so every model replica of a tf.distribute strategy gets a
+    slice of the same padded shape."""
     frames = np.asarray(frame_lengths, dtype=np.int64)
     tokens = np.asarray(token_lengths, dtype=np.int64)
     longest = int(frames.max())
@@ -86,7 +95,15 @@ def make_buckets(frame_lengths: Sequence[int], token_lengths: Sequence[int], num
         members = tokens[assignment == index]
         if members.size == 0:
             continue
-        size = round_up(max(1, int(batch_size * bounds[-1] // bound)), replicas)
+        if max_frames_per_batch:
+            size = max_frames_per_batch // bound // replicas * replicas
+            if size < replicas:
+                raise BucketError(
+                    f"data.max_frames_per_batch {max_frames_per_batch} holds no {replicas} "
+                    f"utterance(s) of the {bound}-frame bucket (one per model replica): raise "
+                    f"it to at least {bound * replicas}, or lower data.max_audio_seconds.")
+        else:
+            size = round_up(max(1, int(batch_size * bounds[-1] // bound)), replicas)
         buckets.append(Bucket(bound, round_up(int(members.max()), token_multiple), size))
     return buckets
 

@@ -228,14 +228,22 @@ def reference_bank(members: Sequence[Tuple[str, int]], shards: Dict[str, List[st
     for row, (split, position) in enumerate(members):
         rows.setdefault(split, {})[position] = row
     for split, wanted in rows.items():
-        for shard_index in sorted({p // ITEMS_PER_SHARD for p in wanted}):
-            for record in tf.data.TFRecordDataset(shards[split][shard_index]):
-                position, mel = parse_record(record, d.n_mels)
-                row = wanted.get(int(position))
-                if row is not None:
-                    mel = mel.numpy()[:frames]
-                    mels[row, :len(mel)] = mel
-                    lengths[row] = len(mel)
+        files = [shards[split][i] for i in sorted({p // ITEMS_PER_SHARD for p in wanted})]
+        keys = tf.constant(sorted(wanted), tf.int64)
+
+        def is_wanted(serialized):
+            position = tf.io.parse_single_example(
+                serialized, {"index": tf.io.FixedLenFeature([], tf.int64)})["index"]
+            at = tf.minimum(tf.searchsorted(keys, position[None])[0], len(wanted) - 1)
+            return tf.equal(keys[at], position)
+
+        records = tf.data.TFRecordDataset(files, num_parallel_reads=min(len(files), 4))
+        records = records.filter(is_wanted).map(lambda r: parse_record(r, d.n_mels))
+        for position, mel in records.prefetch(tf.data.AUTOTUNE):
+            row = wanted[int(position)]
+            mel = mel.numpy()[:frames]
+            mels[row, :len(mel)] = mel
+            lengths[row] = len(mel)
     for name in os.listdir(cache_dir):
         if name.startswith("reference-bank-") and name.endswith(".npz"):
             os.remove(os.path.join(cache_dir, name))

@@ -12,6 +12,7 @@ validation can report everything at once. This module does not import TensorFlow
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -117,15 +118,15 @@ def _audio_index(directory: str) -> Dict[str, str]:
     rank = {ext: i for i, ext in enumerate(AUDIO_EXTENSIONS)}
     for folder in (os.path.join(directory, "wavs"), directory):
         found: Dict[str, str] = {}
-        names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-        for name in names:
+        with os.scandir(folder) if os.path.isdir(folder) else contextlib.nullcontext(()) as it:
+            entries = sorted((e.name, e.path) for e in it
+                             if os.path.splitext(e.name)[1].lower() in rank and e.is_file())
+        for name, path in entries:
             stem, ext = os.path.splitext(name)
-            if ext.lower() not in rank or not os.path.isfile(os.path.join(folder, name)):
-                continue
             current = found.get(stem)
             if current is None or rank[ext.lower()] < rank[os.path.splitext(current)[1].lower()]:
-                found[stem] = os.path.join(folder, name)
-            found[name] = os.path.join(folder, name)
+                found[stem] = path
+            found[name] = path
         for key, path in found.items():
             index.setdefault(key, path)
     return index

@@ -33,12 +33,14 @@ _TYPOGRAPHIC = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u20
                               "\u2014": "-", "\u2026": "...", "\u00a0": " "})
 _WHITESPACE = re.compile(r"\s+")
 
-_ABBREVIATIONS = [(re.compile(rf"\b{abbr}\.", re.IGNORECASE), full) for abbr, full in [
+_ABBREVIATIONS = dict([
     ("mrs", "misess"), ("mr", "mister"), ("dr", "doctor"), ("st", "saint"), ("co", "company"),
     ("jr", "junior"), ("maj", "major"), ("gen", "general"), ("drs", "doctors"),
     ("rev", "reverend"), ("lt", "lieutenant"), ("hon", "honorable"), ("sgt", "sergeant"),
     ("capt", "captain"), ("esq", "esquire"), ("ltd", "limited"), ("col", "colonel"),
-    ("ft", "fort"), ("vs", "versus"), ("etc", "et cetera")]]
+    ("ft", "fort"), ("vs", "versus"), ("etc", "et cetera")])
+_ABBREVIATION = re.compile(r"\b(" + "|".join(_ABBREVIATIONS) + r")\.", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
 
 _ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
          "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
@@ -119,6 +121,8 @@ def _expand_integer(m: re.Match) -> str:
 
 def expand_english_numbers(text: str) -> str:
     """Spells out money, percentages, ordinals, decimals and integers in English words."""
+    if not _DIGIT.search(text):
+        return text
     text = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", text)
     text = re.sub(r"£([\d.]+)", lambda m: m.group(1) + " pounds", text)
     text = re.sub(r"\$([\d.]*\d)", _expand_money, text)
@@ -129,9 +133,7 @@ def expand_english_numbers(text: str) -> str:
 
 
 def expand_english_abbreviations(text: str) -> str:
-    for pattern, full in _ABBREVIATIONS:
-        text = pattern.sub(full, text)
-    return text
+    return _ABBREVIATION.sub(lambda m: _ABBREVIATIONS[m.group(1).lower()], text)
 
 
 # ---- cleaners ----------------------------------------------------------------------------------

@@ -35,11 +35,13 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
 import struct
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tqdm
 
 from myxtts.atomic_write import atomic_write
 from myxtts.data import audio_io, audio_math
@@ -75,7 +77,8 @@ RULES: Dict[str, Tuple[str, str]] = {
 }
 EXCLUDING = {code for code, (_, action) in RULES.items() if action == "skipped"}
 EXAMPLES_PER_RULE = 3
-CACHE_VERSION = 1
+SPEAKERS_LISTED = 12
+CACHE_VERSION = 2
 
 
 class DatasetValidationError(DatasetError):
@@ -195,7 +198,10 @@ class ValidationReport:
         for s in splits:
             st = self.stats[s]
             speakers = ", ".join(f"{k} {v['utterances']} ({v['duration']})"
-                                 for k, v in st["speakers"].items())
+                                 for k, v in list(st["speakers"].items())[:SPEAKERS_LISTED])
+            if len(st["speakers"]) > SPEAKERS_LISTED:
+                speakers += (f" and {len(st['speakers']) - SPEAKERS_LISTED} more (all in "
+                             f"model_info.json)")
             langs = ", ".join(f"{k} {v}" for k, v in st["languages"].items())
             lines.append(f"\n  {s}: {st['utterances']} utterances, {st['duration']} "
                          f"({st['seconds']:.1f} s); speakers: {speakers or '-'}; "
@@ -256,49 +262,77 @@ def _wants_pauses(num_samples: int, data_config) -> bool:
     return d.split_long_utterances and num_samples > d.max_audio_seconds * d.sample_rate
 
 
+FACT_FIELDS = ("error", "num_samples", "source_rate", "channels", "finite", "peak", "voiced")
+PROCESS_MIN_FILES = 4000  # fewer files are probed by threads (a process pool starts in ~1 s)
+PROBE_CHUNK = 500
+
+
 class AudioFactsCache:
-    """JSON file of AudioFacts keyed by path; an entry is valid while the file's size and
-    mtime and the audio settings are unchanged."""
+    """JSON file of AudioFacts keyed by path, stored as columns (paths, stamps, facts) so a
+    million entries load in seconds; an entry is valid while the file's size and mtime and the
+    audio settings are unchanged."""
 
     def __init__(self, path: Optional[str], settings: str):
         self.path, self.settings = path, settings
-        self.entries: Dict[str, dict] = {}
+        self.entries: Dict[str, Tuple[List[int], list]] = {}
         self.dirty = False
         if path and os.path.isfile(path):
             try:
                 with open(path, encoding="utf-8") as f:
                     data = json.load(f)
-                if data.get("version") == CACHE_VERSION:
-                    self.entries = data.get("entries", {})
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                if data.get("version") == CACHE_VERSION and data.get("settings") == settings:
+                    self.entries = dict(zip(data["paths"], zip(data["stamps"], data["facts"])))
+            except (OSError, ValueError, KeyError, TypeError):
                 logger.warning("Ignoring unreadable validation cache %s.", path)
 
-    @staticmethod
-    def _stamp(path: str) -> List[int]:
-        st = os.stat(path)
-        return [st.st_size, st.st_mtime_ns]
-
-    def get(self, path: str) -> Optional[AudioFacts]:
-        entry = self.entries.get(os.path.abspath(path))
-        if entry and entry["stamp"] == self._stamp(path) and entry["settings"] == self.settings:
-            return AudioFacts(**entry["facts"])
+    def get(self, path: str, stamp: List[int]) -> Optional[AudioFacts]:
+        entry = self.entries.get(path)
+        if entry and entry[0] == stamp:
+            return AudioFacts(**dict(zip(FACT_FIELDS, entry[1])))
         return None
 
-    def put(self, path: str, facts: AudioFacts) -> None:
-        self.entries[os.path.abspath(path)] = {"stamp": self._stamp(path),
-                                               "settings": self.settings,
-                                               "facts": dataclasses.asdict(facts)}
+    def put(self, path: str, stamp: List[int], facts: AudioFacts) -> None:
+        self.entries[path] = (stamp, [getattr(facts, k) for k in FACT_FIELDS])
         self.dirty = True
 
     def save(self) -> None:
         if not (self.path and self.dirty):
             return
         try:
-            atomic_write(self.path, json.dumps({"version": CACHE_VERSION,
-                                                "entries": self.entries}))
+            atomic_write(self.path, json.dumps({
+                "version": CACHE_VERSION, "settings": self.settings,
+                "paths": list(self.entries), "stamps": [e[0] for e in self.entries.values()],
+                "facts": [e[1] for e in self.entries.values()]}))
         except OSError as e:
             logger.warning("Could not write the validation cache %s (%s); the next run will "
                            "decode every file again.", self.path, e)
+
+
+def _stamp(path: str) -> List[int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [-1, -1]
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _probe_chunk(paths: Sequence[str], data_config) -> List[AudioFacts]:
+    return [probe_audio(path, data_config) for path in paths]
+
+
+def _probe_all(paths: Sequence[str], data_config, workers: int):
+    """(path, AudioFacts) of every path, in order: by a pool of `workers` processes for many
+    files (decoding is Python-bound per file: threads would share one core), else threads."""
+    chunks = [paths[i:i + PROBE_CHUNK] for i in range(0, len(paths), PROBE_CHUNK)]
+    if len(paths) >= PROCESS_MIN_FILES and workers > 1:
+        pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"))
+    else:
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, workers))
+    with pool:
+        for chunk, results in zip(chunks, pool.map(_probe_chunk, chunks,
+                                                   [data_config] * len(chunks))):
+            yield from zip(chunk, results)
 
 
 def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[str],
@@ -307,8 +341,10 @@ def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[
     cache = AudioFactsCache(cache_path, f"{d.sample_rate}|{d.trim_silence}|{d.trim_top_db}")
     facts: Dict[str, AudioFacts] = {}
     todo = []
+    stamps = {}
     for path in sorted(set(paths)):
-        cached = cache.get(path)
+        stamps[path] = stamp = _stamp(path)
+        cached = cache.get(path, stamp)
         if cached is None or (cached.voiced is None and cached.finite and cached.error is None
                               and _wants_pauses(cached.num_samples, d)):
             todo.append(path)
@@ -316,11 +352,14 @@ def collect_audio_facts(paths: Sequence[str], data_config, cache_path: Optional[
             facts[path] = cached
     if todo:
         logger.info("Checking %d audio file(s) (%d cached).", len(todo), len(facts))
-        with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
-            for path, result in zip(todo, pool.map(lambda p: probe_audio(p, d), todo)):
-                facts[path] = result
-                if not result.needs_ffmpeg:
-                    cache.put(path, result)
+        progress = tqdm.tqdm(total=len(todo), desc="checking audio", unit="file",
+                             disable=len(todo) < PROCESS_MIN_FILES)
+        for path, result in _probe_all(todo, d, max(1, workers)):
+            facts[path] = result
+            if not result.needs_ffmpeg:
+                cache.put(path, stamps[path], result)
+            progress.update(1)
+        progress.close()
         cache.save()
     return facts
 
