@@ -25,6 +25,7 @@ from absl import app, flags
 from myxtts import devices
 from myxtts.cli import UsageError, flag_hint, quiet_tensorflow_start, run_guarded, setup_logging
 from myxtts.config import TrainingConfig, XTTSConfig
+from myxtts.data import service
 from myxtts.data.metadata import DatasetError, check_separator, find_metadata
 from myxtts.errors import MyXTTSError
 from myxtts.source_run import (RESUME_CONFLICT, Source, SourceRunError, continued_run,
@@ -79,6 +80,10 @@ flags.DEFINE_integer("buffer-size", None, "Batches prefetched onto the data devi
                      "(data.buffer_size).")
 flags.DEFINE_integer("num-workers", None, "Parallel tf.data map calls; 0 = AUTOTUNE "
                      "(data.num_workers).")
+flags.DEFINE_string("data-service", None, "HOST:PORT of a tf.data service dispatcher: the "
+                    "training batches are made by its workers (python -m myxtts.data_service "
+                    "dispatcher|worker; needs data.feature_mode: cached; validation stays local; "
+                    "docs/data.md, 'tf.data service'). Sets data.data_service.")
 flags.DEFINE_boolean("validate-only", False, "Validate the dataset(s), print the summary table "
                      "and statistics and exit: 0 when enough usable rows remain, non-zero with "
                      "the reason. The statistics are saved to model_info.json only in a "
@@ -130,6 +135,7 @@ CONFIG_FLAGS = {
     "batch-size": "data.batch_size",
     "buffer-size": "data.buffer_size",
     "num-workers": "data.num_workers",
+    "data-service": "data.data_service",
     "checkpoint-dir": "training.checkpoint_dir",
     "epochs": "training.epochs",
     "max-steps": "training.max_steps",
@@ -179,6 +185,7 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
         raise UsageError("Nothing to do: pass --train-data DIR to train (see "
                          "docs/training.md), --validate-only to check a dataset, or "
                          "--device-check to check the devices.")
+    _check_data_service(config)
     for flag, role in (("train-data", "train"), ("val-data", "val")):
         if FLAGS[flag].value:
             with flag_hint(f"(--{flag} {FLAGS[flag].value})", DatasetError):
@@ -202,6 +209,22 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
                          f"and never into the source. Pass a new --checkpoint-dir (to go on "
                          f"training that run, leave out --init-from).")
     return source
+
+
+def _check_data_service(config: XTTSConfig) -> None:
+    """--data-service (or data.data_service): a HOST:PORT where a dispatcher answers, for the
+    acoustic model's training; checked before the dataset is validated and cached."""
+    address = config.data.data_service
+    if not address or FLAGS["validate-only"].value:
+        return
+    flag = "--data-service" if FLAGS["data-service"].value else "data.data_service"
+    if FLAGS["stage"].value == "vocoder":
+        raise UsageError(f"{flag} {address}: the tf.data service feeds the acoustic model's "
+                         f"training only; leave it out for --stage vocoder.")
+    try:
+        service.check_reachable(address)
+    except service.DataServiceError as e:
+        raise UsageError(f"{flag} {address}: {e}") from None
 
 
 def _check_run_files(work_dir: str) -> None:

@@ -29,7 +29,13 @@ from typing import Callable, Dict, Optional
 
 import tensorflow as tf
 
+from myxtts.errors import MyXTTSError
+
 _END = object()
+
+
+class DataStalled(MyXTTSError):
+    """The producer delivered no batch within the feeder's `stall_seconds`."""
 
 
 class _Failure:
@@ -43,11 +49,14 @@ class DeviceFeeder:
     def __init__(self, dataset: tf.data.Dataset,
                  featurize: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]],
                  data_device: str, model_device, capacity: int = 2,
-                 name: str = "batches"):
+                 name: str = "batches", stall_seconds: Optional[float] = None,
+                 stall_message: str = ""):
         if capacity < 1:
             raise ValueError("DeviceFeeder capacity must be >= 1")
         self.data_device, self.model_device = data_device, model_device
         self.capacity = capacity
+        # no batch for this long raises DataStalled(stall_message) in the consumer (None: wait)
+        self.stall_seconds, self._stall_message = stall_seconds, stall_message
         self.wait_seconds = 0.0
         self.batches = 0
         self._dataset, self._featurize = dataset, featurize
@@ -121,7 +130,12 @@ class DeviceFeeder:
         if self._finished:
             raise StopIteration
         start = time.perf_counter()
-        item = self._queue.get()
+        try:
+            item = self._queue.get(timeout=self.stall_seconds)
+        except queue.Empty:
+            self._finished = True
+            raise DataStalled(f"No batch for {self.stall_seconds:g} s. "
+                              f"{self._stall_message}".strip()) from None
         self.wait_seconds += time.perf_counter() - start
         if item is _END:
             self._finished = True
