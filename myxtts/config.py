@@ -86,8 +86,16 @@ class DataConfig:
     feature_mode: str = _f("raw", "raw: mels computed on the data device every step | "
                                   "cached: mels stored once in sharded TFRecords.")
     cache_dir: str = _f("", "Where cached features go (default: <train-data>/.myxtts_cache).")
+    data_service: str = _f("", "HOST:PORT of a tf.data service dispatcher: the training "
+                               "batches are made by its workers (needs feature_mode: cached; "
+                               "--data-service; docs/data.md, 'tf.data service'). Empty: "
+                               "made locally.")
     batch_size: int = _f(32, "Utterances per batch in the longest bucket "
                              "(shorter buckets get more, for even memory).")
+    max_frames_per_batch: int = _f(0, "Padded mel frames per batch: each bucket's batch size "
+                                      "is this budget // its length (at least one utterance "
+                                      "per model replica), instead of data.batch_size. 0: "
+                                      "data.batch_size.")
     num_buckets: int = _f(8, "Number of static length buckets (one XLA compile each).")
     bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = the "
                                           "num_buckets bounds that minimise padding on the "
@@ -353,6 +361,8 @@ class XTTSConfig:
         for key in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "batch_size",
                     "num_buckets", "buffer_size"):
             need(getattr(d, key) > 0, f"data.{key}", "must be positive.")
+        need(d.max_frames_per_batch >= 0, "data.max_frames_per_batch",
+             "must be 0 (off) or a positive number of mel frames.")
         need(d.win_length <= d.n_fft, "data.win_length", "must not exceed data.n_fft.")
         need(0 <= d.fmin < d.fmax <= d.sample_rate / 2, "data.fmax",
              f"must satisfy 0 <= fmin < fmax <= sample_rate/2 ({d.sample_rate / 2}).")
@@ -365,6 +375,10 @@ class XTTSConfig:
         need(d.validation_policy in ("skip", "fail"), "data.validation_policy",
              "must be skip or fail.")
         need(d.feature_mode in ("raw", "cached"), "data.feature_mode", "must be raw or cached.")
+        need(not d.data_service or d.feature_mode == "cached", "data.data_service",
+             f"needs data.feature_mode: cached (data.feature_mode is {d.feature_mode!r}; raw "
+             f"mode decodes audio in Python, which tf.data service workers cannot run). Set "
+             f"data.feature_mode: cached in the --config file.")
         need(0 <= d.val_fraction < 1, "data.val_fraction", "must be in [0, 1).")
         need(len(d.languages) > 0, "data.languages", "must list at least one language.")
         need(d.default_language in d.languages, "data.default_language",

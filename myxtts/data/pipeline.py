@@ -59,6 +59,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -68,6 +69,7 @@ from myxtts.data import audio as audio_lib
 
 from myxtts.data import audio_io, audio_math
 from myxtts.data import cache as cache_lib
+from myxtts.data import service as service_lib
 from myxtts.data import voice_shifts
 from myxtts.data.buckets import Bucket, bucket_index, make_buckets
 from myxtts.data.feeder import DeviceFeeder
@@ -89,6 +91,13 @@ class InputPipeline:
         self.config = config
         self.shard = shard
         d = self.data_config = config.data
+        self.data_service = d.data_service or None
+        if self.data_service:
+            self._check_service(shard)
+            # a new token per pipeline: a restarted client never joins an old job
+            run = os.path.basename(os.path.abspath(work_dir or train_dir))
+            self._service_run = f"{run}-{service_lib.run_token()}"
+            self.service_stall_seconds = service_lib.STALL_SECONDS
         self.data_device = data_device
         prepared = prepare_dataset(config, train_dir, val_dir, work_dir, base_vocabulary)
         self.report = prepared.report
@@ -111,7 +120,8 @@ class InputPipeline:
         frames = [audio_math.num_frames(it.num_samples, d.hop_length) for it in everything]
         self.buckets: List[Bucket] = make_buckets(
             frames, [max(1, len(it.tokens)) for it in everything], d.num_buckets,
-            d.bucket_boundaries, d.batch_size, r, replicas=replicas)
+            d.bucket_boundaries, d.batch_size, r, replicas=replicas,
+            max_frames_per_batch=d.max_frames_per_batch)
         self.ref_frames = audio_math.num_frames(int(d.ref_max_seconds * d.sample_rate),
                                                d.hop_length)
         self.train_steps_per_epoch = self._count_batches(self.items["train"])
@@ -142,8 +152,11 @@ class InputPipeline:
         if self.feature_mode == "cached":
             for split in ("train", "val"):
                 if self.items[split]:
-                    self._shards[split] = cache_lib.ensure_cache(
-                        self.items[split], split, d, prepared.cache_dir, data_device)
+                    # absolute: tf.data service workers may run in another directory
+                    self._shards[split] = [os.path.abspath(path) for path in
+                                           cache_lib.ensure_cache(self.items[split], split, d,
+                                                                  prepared.cache_dir,
+                                                                  data_device)]
         self._cache_dir = prepared.cache_dir
 
     # ---- public ------------------------------------------------------------------------------
@@ -167,9 +180,17 @@ class InputPipeline:
 
     def train_batches(self, epoch: int, model_device: str, *, skip_batches: int = 0,
                       capacity: int = 2) -> DeviceFeeder:
+        stall = {}
+        if self.data_service:
+            stall = dict(stall_seconds=self.service_stall_seconds, stall_message=(
+                f"The tf.data service at {self.data_service} stopped delivering epoch "
+                f"{epoch + 1}'s batches: a worker probably died mid-epoch (TensorFlow then waits "
+                f"for it indefinitely). Training stops here without a new checkpoint; run the "
+                f"same command again, with the workers running, to resume from the last "
+                f"checkpoint (the epoch is read again from its start)."))
         return DeviceFeeder(self.train_dataset(epoch, skip_batches=skip_batches),
                             self.featurize, self.data_device, model_device, capacity,
-                            name=f"train-epoch{epoch}")
+                            name=f"train-epoch{epoch}", **stall)
 
     def val_batches(self, model_device: str, *, capacity: int = 2) -> Optional[DeviceFeeder]:
         dataset = self.val_dataset()
@@ -242,7 +263,9 @@ class InputPipeline:
     def _dataset(self, split: str, epoch: int, training: bool,
                  skip_batches: int) -> tf.data.Dataset:
         d = self.data_config
-        if self.feature_mode == "cached":
+        if training and self.data_service:
+            ds = self._service_elements(epoch, skip_batches)
+        elif self.feature_mode == "cached":
             ds = self._cached_elements(split, epoch, training)
             if skip_batches:
                 ds = ds.skip(skip_batches)
@@ -256,6 +279,39 @@ class InputPipeline:
         # prefetch_to_device must be the last transformation (TensorFlow requires it).
         return ds.apply(tf.data.experimental.prefetch_to_device(self.data_device,
                                                                 buffer_size=d.buffer_size))
+
+    # ---- tf.data service: the training batches made by the service's workers -------------------
+    def _check_service(self, shard) -> None:
+        service_lib.parse_address(self.data_service)
+        if self.data_config.feature_mode != "cached":
+            raise service_lib.DataServiceError(
+                f"data.data_service {self.data_config.data_service} needs data.feature_mode: "
+                f"cached (raw mode decodes audio in Python, which tf.data service workers "
+                f"cannot run). Set data.feature_mode: cached in the config.")
+        if shard:
+            raise service_lib.DataServiceError(
+                "data.data_service cannot be combined with several training workers "
+                "(MultiWorkerMirroredStrategy): their epochs must have equal batch counts, "
+                "which the service does not promise. Use one or the other.")
+
+    def _service_elements(self, epoch: int, skip_batches: int) -> tf.data.Dataset:
+        """Epoch `epoch`'s bucketed, padded batches, made by the service's workers (each reads
+        the cache shards the dispatcher hands it: each utterance once per epoch while the
+        workers live). `skip_batches` cannot be honoured: the resumed epoch is read again from
+        its start (docs/data.md, "tf.data service")."""
+        name = service_lib.job_name(self._service_run, epoch + 1)
+        if skip_batches:
+            logger.warning(
+                "tf.data service: epoch %d is resumed at batch %d, but batches made by service "
+                "workers cannot be skipped exactly, so the WHOLE EPOCH IS READ AGAIN FROM ITS "
+                "START (at least once: the utterances of its first %d batches are trained on "
+                "again; the epoch ends when the service has produced every utterance).",
+                epoch + 1, skip_batches, skip_batches)
+        logger.info("tf.data service: epoch %d's training batches come from the workers of "
+                    "the dispatcher at %s (job %s, each shard of the feature cache to one "
+                    "worker).", epoch + 1, self.data_service, name)
+        ds = self._cached_elements("train", epoch, True)
+        return service_lib.distribute(ds, self.data_service, name)
 
     # ---- raw mode: audio batches, mels on the data device ---------------------------------------
     def _raw_elements(self, split: str, epoch: int, training: bool,
@@ -383,7 +439,11 @@ class InputPipeline:
                     "ref_lengths": length}
 
         ds = tf.data.TFRecordDataset(shards, num_parallel_reads=min(len(shards), 4))
-        if training:
+        if training and self.data_service:
+            # shuffle() before group_by_window makes every tf.data service worker produce the
+            # whole epoch (TF 2.21); a shuffle of consecutive blocks does not (service.py)
+            ds = service_lib.block_shuffle(ds, d.shuffle_buffer, d.seed * 100003 + epoch)
+        elif training:
             ds = ds.shuffle(d.shuffle_buffer, seed=d.seed * 100003 + epoch,
                             reshuffle_each_iteration=False)
         ds = ds.map(parse, num_parallel_calls=self._parallel, deterministic=True)

@@ -295,9 +295,8 @@ class InGraphTokenizer(tf.Module):
 
     @staticmethod
     def _abbreviations(texts: tf.Tensor) -> tf.Tensor:
-        for pattern, full in text_lib._ABBREVIATIONS:  # pylint: disable=protected-access
-            # The Python pattern (r"\bmrs\.") is valid RE2; IGNORECASE becomes (?i).
-            texts = tf.strings.regex_replace(texts, "(?i)" + pattern.pattern, full)
+        for abbreviation, full in text_lib._ABBREVIATIONS.items():  # pylint: disable=protected-access
+            texts = tf.strings.regex_replace(texts, rf"(?i)\b{abbreviation}\.", full)
         return texts
 
     def _strip_diacritics(self, texts: tf.Tensor) -> tf.Tensor:
