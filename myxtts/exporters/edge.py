@@ -66,10 +66,11 @@ logger = logging.getLogger("myxtts.export")
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1  # myxtts.lite.parts reads this version
-# Decoder steps per decode_steps call: one, traced without a loop (XTTSModel.decode_steps). A
-# part that looped over 8 steps (a WHILE op) failed now and then in LiteRT ("Input tensor ...
-# lacks data": 1 run in 6 to 12 of the cloning recipe's model, ai-edge-litert 2.3).
-STEPS_PER_CALL = 1
+# Decoder steps per decode_steps call, unrolled without a loop (XTTSModel.decode_steps): a part
+# that looped over 8 steps (a WHILE op) failed now and then in LiteRT ("Input tensor ... lacks
+# data": 1 run in 6 to 12 of the cloning recipe's model, ai-edge-litert 2.3). K steps a call
+# divide the runtime's per-call cost (state in and out, the interpreter call) by K.
+STEPS_PER_CALL = 8
 QUANTIZATIONS = ("none", "fp16", "int8")
 SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
 
@@ -149,8 +150,11 @@ class EdgeGraphs:
         return {"speaker_latents": self.model.speaker_latents(reference_mel, reference_lengths)}
 
     def decode_start(self, tokens, token_lengths, language_ids, speaker_latents):
-        return self.model.start_decode(tokens, token_lengths, language_ids, speaker_latents,
-                                       self.max_steps).to_tensors()
+        """The state, with STEPS_PER_CALL - 1 slots beyond the length cap of max_steps: a
+        call that starts before the cap runs all its steps."""
+        state = self.model.start_decode(tokens, token_lengths, language_ids, speaker_latents,
+                                        self.max_steps + STEPS_PER_CALL - 1).to_tensors()
+        return dict(state, limit=tf.minimum(state["limit"], self.max_steps))
 
     def decode_steps(self, state):
         """The state after a step, without the tensors no step changes (the host keeps

@@ -323,11 +323,13 @@ class XTTSModel(keras.Model):
             s = self._record(s, frames, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
-        if steps == 1 and isinstance(steps, int) and in_static_context() \
-                and not in_xla_context():
-            # One step without a loop (the on-device decode_steps part: LiteRT's WHILE op failed
-            # now and then); its caller runs it only while the item runs.
-            (state,) = body(state)
+        if isinstance(steps, int) and in_static_context() and not in_xla_context():
+            # `steps` steps unrolled, without a loop (the on-device decode_steps part: LiteRT's
+            # WHILE op failed now and then). Steps after the end change nothing the caller reads
+            # (lengths and done are kept), but they write slots: the caller allocates
+            # steps - 1 slots beyond the length cap (EdgeGraphs.decode_start).
+            for _ in range(steps):
+                (state,) = body(state)
             return state
         maximum = steps if isinstance(steps, int) else None
         (state,) = tf.while_loop(cond, body, (state,), shape_invariants=(_invariants(state),),
