@@ -3,8 +3,8 @@ with 2 utterances per shard and is killed with SIGKILL while it writes shard KIL
 
     python -m tests.children.feature_cache DATASET_DIR CACHE_DIR KILL_AT
 
-The kill comes from the build itself (no timing): the first utterance of shard KILL_AT is
-written to its temporary file, then the process kills itself.
+The kill comes from the build itself (no timing): the first record of shard KILL_AT is written
+to its temporary file, then the process kills itself.
 """
 
 import os
@@ -24,18 +24,14 @@ def main() -> None:
                      "data.num_workers": 1}, source="test")
     items = prepare_dataset(config, dataset).items["train"]
     cache_lib.ITEMS_PER_SHARD = 2
-    build = cache_lib._build_shard  # pylint: disable=protected-access
+    example = cache_lib._example  # pylint: disable=protected-access
 
-    class KillAfterOne:
-        def update(self, _count):
+    def example_or_die(uid, position, mel):
+        if position == kill_at * 2 + 1:  # the shard's first record is in its temporary file
             os.kill(os.getpid(), signal.SIGKILL)
+        return example(uid, position, mel)
 
-    def build_or_die(path, shard_items, first, *args):
-        if first == kill_at * 2:
-            args = args[:-1] + (KillAfterOne(),)
-        build(path, shard_items, first, *args)
-
-    cache_lib._build_shard = build_or_die  # pylint: disable=protected-access
+    cache_lib._example = example_or_die  # pylint: disable=protected-access
     cache_lib.ensure_cache(items, "train", config.data, cache_dir, "/CPU:0")
     raise AssertionError("the child should have been killed")
 
