@@ -188,9 +188,10 @@ class BrokenDatasetTest(unittest.TestCase):
     def test_second_run_uses_cached_audio_facts(self):
         cache = os.path.join(self.data, ".myxtts_cache", "validation_cache.json")
         with open(cache, encoding="utf-8") as f:
-            entries = json.load(f)["entries"]
+            entries = json.load(f)["paths"]
         self.assertIn(os.path.join(self.data, "wavs", "bad_nan.wav"), entries)
         before = os.stat(cache).st_mtime_ns
+        os.remove(os.path.join(self.data, ".myxtts_cache", "validated.json"))  # validate again
         again = prepare_dataset(self.config, self.data)
         self.assertEqual(os.stat(cache).st_mtime_ns, before)  # nothing decoded, nothing saved
         self.assertEqual(again.report.counts(), self.report.counts())

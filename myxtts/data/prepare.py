@@ -14,7 +14,7 @@ import os
 from typing import Dict, List, Optional
 
 from myxtts.data import metadata as metadata_lib
-from myxtts.data import validation
+from myxtts.data import saved_validation, validation
 from myxtts.data.text import TextError, Tokenizer
 from myxtts.data.validation import Item, ValidationReport
 from myxtts.model_info import update_model_info
@@ -68,25 +68,10 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
     training texts it lacks, unless `work_dir` already holds the run's own vocab.json."""
     d = config.data
     train_metadata = metadata_lib.find_metadata(train_dir, "train")
-    default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
-    train_rows, train_problems = metadata_lib.read_metadata(train_metadata, default_speaker,
-                                                            d.default_language)
     cache_dir = default_cache_dir(d, train_dir)
     eval_beside = metadata_lib.eval_metadata_beside(train_metadata)
-    if val_dir or eval_beside:
-        val_metadata = metadata_lib.find_metadata(val_dir, "val") if val_dir else eval_beside
-        val_speaker = (os.path.basename(os.path.normpath(val_dir)) if val_dir
-                       else default_speaker)
-        val_rows, val_problems = metadata_lib.read_metadata(val_metadata, val_speaker,
-                                                            d.default_language)
-        val_source = os.path.abspath(val_metadata)
-    else:
-        split_path = os.path.join(work_dir or cache_dir, SPLIT_FILE)
-        train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
-                                                       split_path)
-        val_problems = []
-        val_source = (f"seeded split ({d.val_fraction:g} of {train_metadata}, seed {d.seed}), "
-                      f"saved in {split_path}")
+    val_metadata = metadata_lib.find_metadata(val_dir, "val") if val_dir else eval_beside
+    split_path = None if val_metadata else os.path.join(work_dir or cache_dir, SPLIT_FILE)
 
     tokenizer = None
     vocab_path = os.path.join(work_dir, VOCAB_FILE) if work_dir else None
@@ -94,6 +79,51 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
     if extend or (vocab_path and os.path.isfile(vocab_path)):
         tokenizer = _load_vocabulary(base_vocabulary if extend else vocab_path, d)
 
+    def saved_key():
+        return saved_validation.key(d, [train_metadata, val_metadata], [train_dir, val_dir],
+                                    split_path, base_vocabulary if extend else None, extend)
+
+    saved = saved_validation.load(cache_dir, saved_key(), None if extend else tokenizer)
+    if saved:
+        report, items, tokenizer, extra = saved
+        val_source = extra["val_source"]
+        logger.info("Validation: the result of the last check of these rows is still valid "
+                    "(every audio file unchanged): reusing %s.",
+                    os.path.join(cache_dir, saved_validation.FILE))
+    else:
+        report, items, tokenizer, val_source, audio_paths = _validate(
+            d, train_dir, train_metadata, val_dir, val_metadata, split_path, cache_dir,
+            tokenizer, extend, base_vocabulary)
+        saved_validation.save(cache_dir, saved_key(), report, items, tokenizer, audio_paths,
+                              {"val_source": val_source,
+                               "tokenizer_given": vocab_path is not None
+                               and os.path.isfile(vocab_path) and not extend})
+    prepared = PreparedDataset(items, report, tokenizer, train_metadata, val_source, cache_dir)
+    if work_dir:
+        update_model_info(work_dir, dataset=prepared.dataset_info())
+    validation.enforce(report, items, d)
+    return prepared
+
+
+def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, cache_dir,
+              tokenizer, extend, base_vocabulary):
+    """Reads, splits and checks the rows: (report, items, tokenizer, where the validation rows
+    came from, every row's audio path)."""
+    default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
+    train_rows, train_problems = metadata_lib.read_metadata(train_metadata, default_speaker,
+                                                            d.default_language)
+    if val_metadata:
+        val_speaker = (os.path.basename(os.path.normpath(val_dir)) if val_dir
+                       else default_speaker)
+        val_rows, val_problems = metadata_lib.read_metadata(val_metadata, val_speaker,
+                                                            d.default_language)
+        val_source = os.path.abspath(val_metadata)
+    else:
+        train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
+                                                       split_path)
+        val_problems = []
+        val_source = (f"seeded split ({d.val_fraction:g} of {train_metadata}, seed {d.seed}), "
+                      f"saved in {split_path}")
     report, items, extended = validation.validate(
         {"train": train_rows, "val": val_rows}, {"train": train_problems, "val": val_problems},
         d, os.path.join(cache_dir, "validation_cache.json"), tokenizer, extend_tokenizer=extend)
@@ -102,9 +132,5 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
         logger.info("Vocabulary: the %d symbols of %s keep their ids; %s.", tokenizer.vocab_size,
                     base_vocabulary, f"added {len(added)} the source never saw: "
                     + " ".join(repr(c) for c in added) if added else "no new characters")
-    tokenizer = extended
-    prepared = PreparedDataset(items, report, tokenizer, train_metadata, val_source, cache_dir)
-    if work_dir:
-        update_model_info(work_dir, dataset=prepared.dataset_info())
-    validation.enforce(report, items, d)
-    return prepared
+    audio_paths = [r.audio_path for rows in (train_rows, val_rows) for r in rows if r.audio_path]
+    return report, items, extended, val_source, audio_paths
