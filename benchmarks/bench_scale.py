@@ -9,10 +9,11 @@ Phases, in this order (each one a process; times from its start, wall clock):
   first run         no validation cache, no feature cache: validate, cache the features, train
                     --steps steps (configs/tiny.yaml in cached mode). Times to the validation
                     table, to the cached features and to the first logged step.
-  validate, warm    --validate-only with the validation cache of the first run.
+  validate, warm    --validate-only with the validation caches of the first run.
   cached restart    the run resumes from its checkpoint and trains --steps more: times to
                     "Resumed from" and to the first step after it.
-  validate, cold    --validate-only after deleting the validation cache.
+  validate, cold    --validate-only after deleting the validation caches (audio facts and the
+                    saved result).
 The corpus' `.myxtts_cache` and the run folder are deleted at the start. Prints the table and
 writes it as JSON (--json).
 """
@@ -84,14 +85,15 @@ def main():
              "--checkpoint-dir", run_dir]
     validate = [sys.executable, "train_main.py", "--config", config, "--train-data", corpus,
                 "--validate-only"]
-    phases = [("first run", train + ["--max-steps", str(args.steps)], None),
-              ("validate, warm", validate, None),
-              ("cached restart", train + ["--max-steps", str(2 * args.steps)], None),
-              ("validate, cold", validate, os.path.join(cache, "validation_cache.json"))]
+    phases = [("first run", train + ["--max-steps", str(args.steps)], ()),
+              ("validate, warm", validate, ()),
+              ("cached restart", train + ["--max-steps", str(2 * args.steps)], ()),
+              ("validate, cold", validate, ("validation_cache.json", "validated.json"))]
     results = {}
     for name, command, remove in phases:
-        if remove and os.path.exists(remove):
-            os.remove(remove)
+        for path in [os.path.join(cache, name) for name in remove]:
+            if os.path.exists(path):
+                os.remove(path)
         log = f"{run_dir}-{name.replace(', ', '-').replace(' ', '-')}.log"
         seconds, marks, rss, status = run(command, log)
         results[name] = {"seconds": round(seconds, 1), "peak_rss_gb": round(rss, 2),
