@@ -60,6 +60,19 @@ class SavedValidationTest(unittest.TestCase):
         self.config.data.max_audio_seconds = 5.0
         self.assertNotIn(REUSED, self.prepare()[1])
 
+    def test_a_check_without_a_run_directory_reuses_a_runs_result_and_gets_its_split(self):
+        work = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, work, True)
+        run, _ = self.prepare(work_dir=work)  # a training run: the split goes to the run
+        check, log = self.prepare()  # --validate-only: the split goes to the cache folder
+        self.assertIn(REUSED, log)
+        self.assertEqual(check.items, run.items)
+        with open(os.path.join(work, "data_split.json"), encoding="utf-8") as f:
+            with open(os.path.join(self.data, ".myxtts_cache", "data_split.json"),
+                      encoding="utf-8") as g:
+                self.assertEqual(g.read(), f.read())
+        self.assertIn(REUSED, self.prepare(work_dir=work)[1])
+
     def test_a_runs_own_vocabulary_must_be_the_results_tokenizer(self):
         work = tempfile.mkdtemp()
         self.addCleanup(shutil.rmtree, work, True)

@@ -81,23 +81,27 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
 
     def saved_key():
         return saved_validation.key(d, [train_metadata, val_metadata], [train_dir, val_dir],
-                                    split_path, base_vocabulary if extend else None, extend)
+                                    base_vocabulary if extend else None, extend)
 
-    saved = saved_validation.load(cache_dir, saved_key(), None if extend else tokenizer)
+    split_existed = bool(split_path) and os.path.isfile(split_path)
+    saved = saved_validation.load(cache_dir, saved_key(), None if extend else tokenizer,
+                                  split_path)
     if saved:
-        report, items, tokenizer, extra = saved
-        val_source = extra["val_source"]
+        report, items, tokenizer, _ = saved
         logger.info("Validation: the result of the last check of these rows is still valid "
                     "(every audio file unchanged): reusing %s.",
                     os.path.join(cache_dir, saved_validation.FILE))
     else:
-        report, items, tokenizer, val_source, audio_paths = _validate(
+        report, items, tokenizer, audio_paths = _validate(
             d, train_dir, train_metadata, val_dir, val_metadata, split_path, cache_dir,
             tokenizer, extend, base_vocabulary)
         saved_validation.save(cache_dir, saved_key(), report, items, tokenizer, audio_paths,
-                              {"val_source": val_source,
-                               "tokenizer_given": vocab_path is not None
-                               and os.path.isfile(vocab_path) and not extend})
+                              {"tokenizer_given": vocab_path is not None
+                               and os.path.isfile(vocab_path) and not extend},
+                              split_path, not split_existed)
+    val_source = (os.path.abspath(val_metadata) if val_metadata else
+                  f"seeded split ({d.val_fraction:g} of {train_metadata}, seed {d.seed}), "
+                  f"saved in {split_path}")
     prepared = PreparedDataset(items, report, tokenizer, train_metadata, val_source, cache_dir)
     if work_dir:
         update_model_info(work_dir, dataset=prepared.dataset_info())
@@ -107,8 +111,8 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
 
 def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, cache_dir,
               tokenizer, extend, base_vocabulary):
-    """Reads, splits and checks the rows: (report, items, tokenizer, where the validation rows
-    came from, every row's audio path)."""
+    """Reads, splits and checks the rows: (report, items, tokenizer, every row's audio
+    path)."""
     default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
     train_rows, train_problems = metadata_lib.read_metadata(train_metadata, default_speaker,
                                                             d.default_language)
@@ -117,13 +121,10 @@ def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, c
                        else default_speaker)
         val_rows, val_problems = metadata_lib.read_metadata(val_metadata, val_speaker,
                                                             d.default_language)
-        val_source = os.path.abspath(val_metadata)
     else:
         train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
                                                        split_path)
         val_problems = []
-        val_source = (f"seeded split ({d.val_fraction:g} of {train_metadata}, seed {d.seed}), "
-                      f"saved in {split_path}")
     report, items, extended = validation.validate(
         {"train": train_rows, "val": val_rows}, {"train": train_problems, "val": val_problems},
         d, os.path.join(cache_dir, "validation_cache.json"), tokenizer, extend_tokenizer=extend)
@@ -133,4 +134,4 @@ def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, c
                     base_vocabulary, f"added {len(added)} the source never saw: "
                     + " ".join(repr(c) for c in added) if added else "no new characters")
     audio_paths = [r.audio_path for rows in (train_rows, val_rows) for r in rows if r.audio_path]
-    return report, items, extended, val_source, audio_paths
+    return report, items, extended, audio_paths

@@ -4,9 +4,10 @@ instead of being parsed, cleaned, tokenized and counted again.
 `<cache_dir>/validated.json` holds the usable items of each split (as columns), the report, the
 tokenizer and the stamp (size, mtime) of every row's audio file, under a key (SHA-256) of what
 the result depends on: the data settings, the metadata files' bytes, the dataset folders' mtimes
-(adding or removing a file changes them), the saved train/validation split, the vocabulary a
-warm start extends, and the source of the modules that read, clean and check rows; a run's own
-saved vocabulary must equal the result's tokenizer. The result is
+(adding or removing a file changes them), the vocabulary a warm start extends, and the source of
+the modules that read, clean and check rows. A run's own saved vocabulary must equal the
+result's tokenizer, and its saved train/validation split the result's (a run without a split
+file yet takes a result whose split was made from scratch, and gets its file). The result is
 used when the key matches and every audio file still has its stamp (one `stat` each); otherwise
 validation runs as usual (its per-file audio facts are cached on their own) and the result is
 saved again. This module does not import TensorFlow.
@@ -52,7 +53,7 @@ def _folder_mtimes(folder: Optional[str]) -> List[int]:
 
 
 def key(data_config, metadata_files: Sequence[Optional[str]], folders: Sequence[Optional[str]],
-        split_file: Optional[str], vocabulary: Optional[str], extend: bool) -> str:
+        vocabulary: Optional[str], extend: bool) -> str:
     """The key of a validation's inputs (see the module docstring); `vocabulary` is the source
     vocabulary a warm start extends (the run's own saved vocabulary is compared by `load`)."""
     h = hashlib.sha256()
@@ -61,7 +62,7 @@ def key(data_config, metadata_files: Sequence[Optional[str]], folders: Sequence[
         "metadata": [(os.path.abspath(p) if p else None, _file_digest(p))
                      for p in metadata_files],
         "folders": [(os.path.abspath(f) if f else None, _folder_mtimes(f)) for f in folders],
-        "split": _file_digest(split_file), "vocabulary": _file_digest(vocabulary),
+        "vocabulary": _file_digest(vocabulary),
         "extend": extend,
         "sources": [_file_digest(module.__file__) for module in _SOURCES]},
         sort_keys=True, default=str).encode())
@@ -80,8 +81,11 @@ def _stamps(paths: Sequence[str]) -> List[List[int]]:
 
 
 def save(cache_dir: str, digest: str, report: ValidationReport, items: Dict[str, List[Item]],
-         tokenizer: Tokenizer, audio_paths: Sequence[str], extra: dict) -> None:
-    """Writes the result (atomically); a failure to write only costs the next start time."""
+         tokenizer: Tokenizer, audio_paths: Sequence[str], extra: dict,
+         split_file: Optional[str], split_was_made: bool) -> None:
+    """Writes the result (atomically); a failure to write only costs the next start time.
+    `split_file` is the seeded split's file (None when the validation rows come from their own
+    metadata), `split_was_made` whether this validation made it from scratch."""
     columns = {}
     for split, split_items in items.items():
         columns[split] = {
@@ -102,13 +106,38 @@ def save(cache_dir: str, digest: str, report: ValidationReport, items: Dict[str,
             "rows_read": report.rows_read, "stats": report.stats,
             "problems": [[p.code for p in problems], [p.split for p in problems],
                          [p.where for p in problems], [p.detail for p in problems]],
-            "tokenizer": tokenizer.to_json(), "extra": extra}, ensure_ascii=False))
+            "tokenizer": tokenizer.to_json(), "extra": extra,
+            "split": _split_record(split_file, split_was_made)}, ensure_ascii=False))
     except OSError as e:
         logger.warning("Could not save the validation result in %s (%s); the next start "
                        "validates again.", cache_dir, e)
 
 
-def load(cache_dir: str, digest: str, given: Optional[Tokenizer]
+def _split_record(split_file: Optional[str], made: bool) -> Optional[dict]:
+    if not split_file or not os.path.isfile(split_file):
+        return None
+    with open(split_file, encoding="utf-8") as f:
+        content = f.read()
+    return {"digest": _file_digest(split_file), "made": made, "content": content}
+
+
+def _split_fits(record: Optional[dict], split_file: Optional[str]) -> bool:
+    """Whether the saved result's split is the one this start uses: the same file, or, when
+    the file is not there yet, a split made from scratch (the same seeded split this start
+    would make from the same rows; the file is then written, as making it would have)."""
+    if not split_file:
+        return record is None
+    if record is None:
+        return False
+    if os.path.isfile(split_file):
+        return _file_digest(split_file) == record["digest"]
+    if not record["made"]:
+        return False
+    atomic_write(split_file, record["content"])
+    return True
+
+
+def load(cache_dir: str, digest: str, given: Optional[Tokenizer], split_file: Optional[str]
          ) -> Optional[Tuple[ValidationReport, Dict[str, List[Item]], Tokenizer, dict]]:
     """(report, items, tokenizer, extra) of the saved result when its key is `digest`, every
     audio file is unchanged and the tokenizer fits: the run's saved vocabulary `given` equals the
@@ -125,6 +154,8 @@ def load(cache_dir: str, digest: str, given: Optional[Tokenizer]
         tok = saved["tokenizer"]
         tokenizer = Tokenizer(tok["symbols"][1:], tok["cleaner"], tok["use_phonemes"])
         if (tokenizer != given) if given is not None else saved["extra"]["tokenizer_given"]:
+            return None
+        if not _split_fits(saved["split"], split_file):
             return None
         changed = sum(a != b for a, b in zip(_stamps(saved["audio_paths"]), saved["stamps"]))
         if changed:
