@@ -3,7 +3,7 @@ instead of being parsed, cleaned, tokenized and counted again.
 
 `<cache_dir>/validated.json` holds the usable items of each split (as columns), the report, the
 tokenizer and the stamp (size, mtime) of every row's audio file, under a key (SHA-256) of what
-the result depends on: the data settings, the metadata files' bytes, the dataset folders' mtimes
+the result depends on: the data settings validation reads (SETTINGS), the metadata files' bytes, the dataset folders' mtimes
 (adding or removing a file changes them), the vocabulary a warm start extends, and the source of
 the modules that read, clean and check rows. A run's own saved vocabulary must equal the
 result's tokenizer, and its saved train/validation split the result's (a run without a split
@@ -15,7 +15,6 @@ saved again. This module does not import TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -31,8 +30,12 @@ logger = logging.getLogger("myxtts.data")
 
 FILE = "validated.json"
 VERSION = 1
-# The modules whose code decides what validation makes of a row.
+# The modules whose code decides what validation makes of a row, and the data settings it reads
+# (the rest shape features and batches, which validation does not look at).
 _SOURCES = (metadata, splitting, text, validation)
+SETTINGS = ("sample_rate", "trim_silence", "trim_top_db", "min_audio_seconds",
+            "max_audio_seconds", "split_long_utterances", "text_cleaners", "use_phonemes",
+            "languages", "default_language", "max_text_length", "seed", "val_fraction")
 
 
 def _file_digest(path: Optional[str]) -> str:
@@ -58,7 +61,7 @@ def key(data_config, metadata_files: Sequence[Optional[str]], folders: Sequence[
     vocabulary a warm start extends (the run's own saved vocabulary is compared by `load`)."""
     h = hashlib.sha256()
     h.update(json.dumps({
-        "version": VERSION, "data": dataclasses.asdict(data_config),
+        "version": VERSION, "data": {k: getattr(data_config, k) for k in SETTINGS},
         "metadata": [(os.path.abspath(p) if p else None, _file_digest(p))
                      for p in metadata_files],
         "folders": [(os.path.abspath(f) if f else None, _folder_mtimes(f)) for f in folders],
