@@ -68,9 +68,11 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 1  # myxtts.lite.parts reads this version
 # Decoder steps per decode_steps call, unrolled without a loop (XTTSModel.decode_steps): a part
 # that looped over 8 steps (a WHILE op) failed now and then in LiteRT ("Input tensor ... lacks
-# data": 1 run in 6 to 12 of the cloning recipe's model, ai-edge-litert 2.3). K steps a call
-# divide the runtime's per-call cost (state in and out, the interpreter call) by K.
-STEPS_PER_CALL = 8
+# data": 1 run in 6 to 12 of the cloning recipe's model, ai-edge-litert 2.3). 8 unrolled steps a
+# call (with 7 spare slots) reached RTF 0.012-0.015 against 0.016 but failed in 2 of 8 runs
+# ("scatter_nd index out of bounds", cause not found; docs/edge.md): one step a call passed 36
+# of 36 runs.
+STEPS_PER_CALL = 1
 QUANTIZATIONS = ("none", "fp16", "int8")
 SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
 
