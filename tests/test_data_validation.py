@@ -8,11 +8,12 @@ import os
 import shutil
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import soundfile as sf
 
-from myxtts.data import metadata
+from myxtts.data import metadata, validation
 from myxtts.data.metadata import DatasetError
 from myxtts.data.prepare import prepare_dataset
 from myxtts.data.validation import DatasetValidationError
@@ -195,6 +196,18 @@ class BrokenDatasetTest(unittest.TestCase):
         again = prepare_dataset(self.config, self.data)
         self.assertEqual(os.stat(cache).st_mtime_ns, before)  # nothing decoded, nothing saved
         self.assertEqual(again.report.counts(), self.report.counts())
+
+    def test_a_process_pool_finds_what_threads_find(self):
+        paths = sorted(os.path.join(self.data, "wavs", n)
+                       for n in os.listdir(os.path.join(self.data, "wavs")))
+        d = self.config.data
+        threads = dict(validation._probe_all(paths, d, 2))  # pylint: disable=protected-access
+        with mock.patch.object(validation, "PROCESS_MIN_FILES", 1), \
+                mock.patch.object(validation, "PROBE_CHUNK", 3):
+            processes = dict(validation._probe_all(paths, d, 2))  # pylint: disable=protected-access
+        self.assertEqual(list(processes), paths)  # in order
+        self.assertEqual(processes, threads)
+        self.assertTrue(any(f.error for f in processes.values()))  # the broken files too
 
     def test_fail_policy_stops_with_the_table(self):
         config = tiny_config(val_fraction=0.0, max_text_length=100, validation_policy="fail")
