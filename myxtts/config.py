@@ -93,9 +93,10 @@ class DataConfig:
     batch_size: int = _f(32, "Utterances per batch in the longest bucket "
                              "(shorter buckets get more, for even memory).")
     max_frames_per_batch: int = _f(0, "Padded mel frames per batch: each bucket's batch size "
-                                      "is this budget // its length (at least one utterance "
-                                      "per model replica), instead of data.batch_size. 0: "
-                                      "data.batch_size.")
+                                      "is this budget // its length, rounded down to a "
+                                      "multiple of the model replicas, instead of "
+                                      "data.batch_size (a budget too small for the longest "
+                                      "bucket is an error). 0: data.batch_size.")
     num_buckets: int = _f(8, "Number of static length buckets (one XLA compile each).")
     bucket_boundaries: List[int] = _f([], "Bucket upper bounds in mel frames; empty = the "
                                           "num_buckets bounds that minimise padding on the "
