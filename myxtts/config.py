@@ -130,6 +130,11 @@ class ModelConfig:
     conditioning_layers: int = _m(2, "Transformer blocks in the reference-mel encoder.")
     num_speaker_latents: int = _m(32, "Speaker latents from the perceiver resampler (XTTS: 32).")
     perceiver_layers: int = _m(2, "Cross-attention layers of the perceiver resampler.")
+    speaker_text_conditioning: bool = _m(False, "Add a projection of the mean speaker latent "
+                                                "to every encoded text token, so each text "
+                                                "attention also carries the voice (as "
+                                                "multi-speaker Tacotron adds its speaker "
+                                                "embedding to the encoder outputs).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
     prenet_dim: int = _m(256, "Width of the decoder prenet.")
     prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")

@@ -135,6 +135,8 @@ class MelDecoder(keras.layers.Layer):
                                                  name="mel_projection")
         self.stop_projection = keras.layers.Dense(self.r, dtype="float32",
                                                   name="stop_projection")
+        self.speaker_projection = (keras.layers.Dense(config.d_model, name="speaker_projection")
+                                   if config.speaker_text_conditioning else None)
 
     def build(self, input_shape=None):
         self.prenet.build(None)
@@ -142,7 +144,18 @@ class MelDecoder(keras.layers.Layer):
         self.transformer.build(None)
         self.mel_projection.build((None, None, self.d_model))
         self.stop_projection.build((None, None, self.d_model))
+        if self.speaker_projection is not None:
+            self.speaker_projection.build((None, self.d_model))
         self.built = True
+
+    def condition_text(self, text, latents):
+        """The text memory the decoder attends to: the encoded text [B, T, d], plus (with
+        model.speaker_text_conditioning) a projection of the mean of the speaker latents
+        [B, L, d] on every token."""
+        if self.speaker_projection is None:
+            return text
+        voice = self.speaker_projection(tf.reduce_mean(tf.cast(latents, text.dtype), axis=1))
+        return text + tf.cast(voice, text.dtype)[:, None, :]
 
     def position_tables(self, positions):
         """Everything position-dependent for decoder steps `positions` [S]: (prenet keep masks,
@@ -187,10 +200,12 @@ class MelDecoder(keras.layers.Layer):
         return self.mel_projection(x), self.stop_projection(x)
 
     def call(self, step_inputs, latents, text, text_mask, seed=None, training=False):
-        """Teacher-forced pass over all steps. `text_mask` is bool, broadcastable to
+        """Teacher-forced pass over all steps (`text` as the text encoder gives it; the speaker
+        conditioning is applied here). `text_mask` is bool, broadcastable to
         [B, 1, S, T_text]. Returns (frames [B,S,r*n], stop [B,S,r], text cross-attention weights
         of every block, blocks then heads [B, layers*H, S, T_text] float32)."""
         s = tf.shape(step_inputs)[1]
+        text = self.condition_text(text, latents)
         x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
                                       memory_masks=[None, text_mask], seed=fold_seed(seed, 2),

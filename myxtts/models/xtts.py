@@ -266,8 +266,9 @@ class XTTSModel(keras.Model):
         tokens = tf.convert_to_tensor(tokens, tf.int32)
         token_lengths = tf.cast(token_lengths, tf.int32)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
-        text = self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32))
         latents = tf.cast(latents, self.compute_dtype)
+        text = self.decoder.condition_text(
+            self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
         blocks = self.decoder.transformer.blocks
         heads = blocks[0].self_attention
         cache_shape = [b, heads.num_heads, heads.head_dim]
