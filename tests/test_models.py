@@ -123,6 +123,32 @@ class VoiceCloningTest(ModelTestCase):
         self.assertGreater(float(np.mean(np.abs(forced_a - forced_b))), 1e-3)
 
 
+class SpeakerTextConditioningTest(unittest.TestCase):
+    """model.speaker_text_conditioning: the mean speaker latent, projected, on every text token."""
+
+    def test_the_voice_reaches_the_text_memory_and_the_cache_still_equals_recompute(self):
+        tf.random.set_seed(0)
+        config = tiny_config(speaker_text_conditioning=True)
+        model = tiny_model(config)
+        self.assertEqual(model.decoder.speaker_projection.kernel.shape,
+                         (config.model.d_model, config.model.d_model))
+        b = random_batch(config, token_lengths=(7, 5))
+        latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        text = model.text_encoder(b["tokens"], b["token_lengths"], b["language_ids"])
+        conditioned = model.decoder.condition_text(text, latents)
+        # One vector per item, the same on every token: the difference is constant along T.
+        shift = (conditioned - text).numpy()
+        self.assertLessEqual(float(np.max(np.abs(shift - shift[:, :1]))), 1e-5)
+        self.assertGreater(float(np.max(np.abs(shift[0, 0] - shift[1, 0]))), 1e-4)
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+        cached = model.generate(*args, max_steps=24, stop_threshold=0.99999)
+        full = model.generate(*args, max_steps=24, stop_threshold=0.99999, use_cache=False)
+        np.testing.assert_array_equal(cached["mel_lengths"].numpy(), full["mel_lengths"].numpy())
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        # Off (the default), the text memory is the encoded text itself.
+        self.assertIsNone(tiny_model().decoder.speaker_projection)
+
+
 class GenerateTest(ModelTestCase):
     def _inputs(self, token_lengths=(7, 3)):
         b = random_batch(self.config, token_lengths=token_lengths)
