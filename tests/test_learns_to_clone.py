@@ -12,22 +12,17 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 
 import numpy as np
 import pytest
-import soundfile as sf
-import soxr
 
 from myxtts.evaluate import guarded_main
 from myxtts.evaluation.speaker_judge import load_speaker_judge
-from tests.data_samples import sample_rows, write_metadata
-from tests.device_harness import train_tiny_reader
+from tests import flite_reader
+from tests.flite_reader import VOICES
 
-STEPS = 900
-VOICES = ("slt", "rms", "awb")  # flite: a woman, an American man, a Scottish man
 JUDGED_PER_VOICE = 6
 
 
@@ -36,42 +31,24 @@ def _judge_missing() -> str:
     return "" if judge else why_not
 
 
-def _speak(voice: str, text: str, path: str) -> None:
-    subprocess.run(["flite", "-voice", voice, "-t", text, "-o", path], check=True)
-    samples, rate = sf.read(path, dtype="float32")
-    sf.write(path, soxr.resample(samples, rate, 16000), 16000)
-
-
 @pytest.mark.slow
-@unittest.skipUnless(shutil.which("flite"), "needs flite (apt-get install flite; .ci/run does)")
+@unittest.skipUnless(flite_reader.available(), "needs flite (apt-get install flite; .ci/run does)")
 @unittest.skipIf(_judge_missing(), f"needs the speaker judge: {_judge_missing()}")
 class LearnsToCloneTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Every voice reads every English sentence of the bundled sample (48); the model is
+        # trained flite_reader.STEPS steps on them (once per test run: test_learns_to_read
+        # judges the same model).
+        cls.reader = flite_reader.trained()
         cls.tmp = tempfile.mkdtemp(prefix="myxtts-clone-")
-        texts = [text for _, text, _, language, _ in sample_rows() if language == "en"]
-        # Every voice reads every English sentence of the bundled sample (48).
-        cls.data = os.path.join(cls.tmp, "data")
-        os.makedirs(os.path.join(cls.data, "wavs"))
-        lines = []
-        for voice in VOICES:
-            for number, text in enumerate(texts):
-                uid = f"{voice}_{number:02d}"
-                _speak(voice, text, os.path.join(cls.data, "wavs", f"{uid}.wav"))
-                lines.append(f"{uid}|{text}|{text}|{voice}")
-        write_metadata(cls.data, lines)
         # The judged rows: the first sentences of each voice, in a folder of their own (every row
         # held out; the references are the speaker's other recordings there).
         cls.judged = os.path.join(cls.tmp, "judged")
-        os.makedirs(os.path.join(cls.judged, "wavs"))
-        judged = [line for line in lines if int(line.split("|")[0][-2:]) < 2 * JUDGED_PER_VOICE]
-        for line in judged:
-            uid = line.split("|")[0]
-            shutil.copy(os.path.join(cls.data, "wavs", f"{uid}.wav"),
-                        os.path.join(cls.judged, "wavs"))
-        write_metadata(cls.judged, judged)
-        cls.run_dir = train_tiny_reader(cls.tmp, cls.data, STEPS, languages=["en"],
-                                        ref_min_seconds=1.5, ref_max_seconds=3.0)
+        flite_reader.copy_rows(cls.reader, cls.judged,
+                               [line for line in cls.reader.lines
+                                if int(line.split("|")[0][-2:]) < 2 * JUDGED_PER_VOICE])
+        cls.run_dir = cls.reader.run_dir
 
     @classmethod
     def tearDownClass(cls):
