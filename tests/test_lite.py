@@ -111,6 +111,30 @@ def test_stream_joins_to_the_whole_synthesis(exported):
     np.testing.assert_allclose(np.concatenate(chunks), whole, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["tflite-vocos", "onnx-hifigan"])
+def test_interleaved_streams_of_one_synthesizer_equal_each_alone(exported, name):
+    # The decode state lives inside the runtime between steps (myxtts.lite.resident); a second
+    # stream stepped in between parks the first one's state on the host and brings it back.
+    # pylint: disable=import-outside-toplevel
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    lite = LiteSynthesizer(exported["folders"][name])
+    latents = lite.latents_of(Voice.load(exported["voice"]))
+    alone = [list(lite.stream(text, "en", latents)) for text in TEXTS[1:]]
+    streams = [lite.stream(text, "en", latents) for text in TEXTS[1:]]
+    interleaved = [[], []]
+    while streams[0] is not None or streams[1] is not None:
+        for index, stream in enumerate(streams):
+            chunk = next(stream, None) if stream is not None else None
+            if chunk is None:
+                streams[index] = None
+            else:
+                interleaved[index].append(chunk)
+    for own, mixed in zip(alone, interleaved):
+        assert len(own) == len(mixed) >= 2
+        np.testing.assert_array_equal(np.concatenate(mixed), np.concatenate(own))
+
+
 def test_parts_hold_builtin_ops_only_and_quantized_weights_are_smaller(exported):
     from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
     sizes = {}

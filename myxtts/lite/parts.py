@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -82,37 +82,49 @@ class TFLitePart:
         # Kept: a signature runner does not keep its interpreter alive, and a collected
         # interpreter frees the model the runner still reads (memory errors, wrong results).
         self.interpreter = _tflite_interpreter(path, threads)
-        self.runner = self.interpreter.get_signature_runner()
+        self.outputs = outputs
+        # Made at the first call: while a runner exists the interpreter refuses its raw
+        # invoke(), which myxtts.lite.resident uses instead of calls.
+        self._runner = None
+
+    def details(self):
+        """(inputs, outputs): the signature's tensor details by name, outputs by the
+        manifest's names; no runner is kept."""
+        runner = self.interpreter.get_signature_runner()
+        return runner.get_input_details(), {self.outputs[name]: detail for name, detail
+                                            in runner.get_output_details().items()}
+
+    def __call__(self, **inputs) -> Dict[str, np.ndarray]:
+        if self._runner is None:
+            self._runner = self.interpreter.get_signature_runner()
+        return {self.outputs[key]: value for key, value in self._runner(**inputs).items()}
+
+
+class OnnxPart:
+    """An ONNX Runtime part; its inputs are the manifest's names with ':0'."""
+
+    def __init__(self, path: str, threads: int, outputs: Dict[str, str]):
+        try:
+            import onnxruntime  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            raise ExportError("Running an ONNX export needs ONNX Runtime: pip install "
+                              "onnxruntime.") from None
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(path, options,
+                                                    providers=["CPUExecutionProvider"])
         self.outputs = outputs
 
     def __call__(self, **inputs) -> Dict[str, np.ndarray]:
-        return {self.outputs[key]: value for key, value in self.runner(**inputs).items()}
-
-
-def onnx_part(path: str, threads: int, outputs: Dict[str, str]
-              ) -> Callable[..., Dict[str, np.ndarray]]:
-    """An ONNX Runtime part; its inputs are the manifest's names with ':0'."""
-    try:
-        import onnxruntime  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        raise ExportError("Running an ONNX export needs ONNX Runtime: pip install "
-                          "onnxruntime.") from None
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    names = list(outputs)
-
-    def run(**inputs) -> Dict[str, np.ndarray]:
-        values = session.run(names, {f"{k}:0": v for k, v in inputs.items()})
-        return {outputs[name]: value for name, value in zip(names, values)}
-
-    return run
+        names = list(self.outputs)
+        values = self.session.run(names, {f"{k}:0": v for k, v in inputs.items()})
+        return {self.outputs[name]: value for name, value in zip(names, values)}
 
 
 def load_parts(folder: str, manifest: dict, threads: int = 1,
-               only: Optional[set] = None) -> Dict[str, Callable]:
-    load = {"tflite": TFLitePart, "onnx": onnx_part}[manifest["runtime"]]
+               only: Optional[set] = None) -> Dict[str, object]:
+    load = {"tflite": TFLitePart, "onnx": OnnxPart}[manifest["runtime"]]
     return {name: load(os.path.join(folder, info["file"]), threads,
                        {tensor["runtime_name"]: tensor["name"] for tensor in info["outputs"]})
             for name, info in manifest["parts"].items() if only is None or name in only}

@@ -8,8 +8,9 @@
         play(chunk)
 
 The host runs the decode loop: decode_start once per sentence, then decode_steps (K steps a
-call) until the stop head or the length cap ends it; the postnet and the vocoder run on windows
-of the export's fixed window length (myxtts.inference.streaming.WindowedStage, so each output
+call, the state resident in the runtime: myxtts.lite.resident) until the stop head or the
+length cap ends it; the postnet and the vocoder run on windows of the export's fixed window
+length (myxtts.inference.streaming.WindowedStage, so each output
 frame gets its full context and the windows join to the whole-mel result). The text front end
 (TextFrontEnd from the export's config.yaml and vocab.json), the sentence splitting and the
 streaming driver are the TensorFlow-free modules the synthesizer and the server use; the log-mel
@@ -31,13 +32,34 @@ from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.voices import Voice
 from myxtts.lite import features
 from myxtts.lite.parts import load_parts, manifest_folder, read_manifest
+from myxtts.lite.resident import resident_loop
+
+
+class LiteDecode:
+    """One sentence's decode: its state parked on the host (`arrays`) or resident in the
+    decoder's runtime, and the scalars the driver asks about after each call."""
+
+    def __init__(self, arrays: Dict[str, np.ndarray]):
+        self.arrays: Optional[Dict[str, np.ndarray]] = arrays
+        self.read(arrays)
+
+    def read(self, values) -> None:
+        self.step = int(np.asarray(values["step"]))
+        self.done = bool(np.asarray(values["done"])[0])
+        self.length = int(np.asarray(values["lengths"])[0])
+        self.by_stop = bool(np.asarray(values["by_stop"])[0])
 
 
 class LiteDecoder:
-    """The decoder interface of streaming.stream_decode over decode_start / decode_steps."""
+    """The decoder interface of streaming.stream_decode over decode_start / decode_steps. The
+    state of the decode being stepped stays inside the runtime (myxtts.lite.resident); stepping
+    another decode parks this one's state on the host first, so interleaved streams are
+    correct, only slower."""
 
     def __init__(self, parts: Dict, manifest: dict):
-        self._start, self._steps = parts["decode_start"], parts["decode_steps"]
+        self._start = parts["decode_start"]
+        self._loop = resident_loop(parts["decode_steps"], manifest)
+        self._resident: Optional[LiteDecode] = None
         self._postnet = parts["postnet"]
         shapes, stream = manifest["shapes"], manifest["streaming"]
         self.text_positions = shapes["text_positions"]
@@ -48,30 +70,44 @@ class LiteDecoder:
         self.postnet_context = stream["postnet_context"]
         self.token_padding = shapes["token_padding"]
 
-    def start(self, ids: Sequence[int], language_id: int, latents: np.ndarray) -> dict:
+    def start(self, ids: Sequence[int], language_id: int, latents: np.ndarray) -> LiteDecode:
         tokens = np.zeros([1, self.text_positions], np.int32)
         tokens[0, : len(ids)] = ids
-        return self._start(tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
-                           language_ids=np.array([language_id], np.int32),
-                           speaker_latents=np.asarray(latents, np.float32).reshape(
-                               1, *np.shape(latents)[-2:]))
+        return LiteDecode(self._start(
+            tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
+            language_ids=np.array([language_id], np.int32),
+            speaker_latents=np.asarray(latents, np.float32).reshape(1, *np.shape(latents)[-2:])))
 
-    def steps(self, state: dict, steps: int) -> dict:
+    def _make_resident(self, decode: LiteDecode) -> None:
+        if self._resident is decode:
+            return
+        if self._resident is not None:
+            self._resident.arrays = self._loop.state()
+        self._loop.load(decode.arrays)
+        decode.arrays, self._resident = None, decode
+
+    def steps(self, decode: LiteDecode, steps: int) -> LiteDecode:
         """At least `steps` more decoder steps (whole calls of K), fewer once it has ended."""
+        if decode.done:
+            return decode
+        self._make_resident(decode)
+        loop = self._loop
         for _ in range(-(-steps // self.steps_per_call)):
-            state = {**state, **self._steps(**state)}  # the part returns what a step changes
-            if state["done"][0]:
+            loop.run(decode.step, self.steps_per_call)
+            decode.step = int(loop.value("step"))
+            if loop.value("done")[0]:
                 break
-        return state
+        decode.read({name: loop.value(name) for name in ("step", "done", "lengths", "by_stop")})
+        return decode
 
-    def progress(self, state: dict) -> Tuple[bool, int, bool]:
-        done = bool(state["done"][0])
-        frames = int(state["lengths"][0]) if done else \
-            int(state["step"]) * self.reduction_factor
-        return done, frames, bool(state["by_stop"][0])
+    def progress(self, decode: LiteDecode) -> Tuple[bool, int, bool]:
+        frames = decode.length if decode.done else decode.step * self.reduction_factor
+        return decode.done, frames, decode.by_stop
 
-    def frames(self, state: dict, first: int, last: int) -> np.ndarray:
-        return state["frames"][:, 0].reshape(-1, self.n_mels)[first:last]
+    def frames(self, decode: LiteDecode, first: int, last: int) -> np.ndarray:
+        buffer = decode.arrays["frames"] if decode.arrays is not None else \
+            self._loop.value("frames")
+        return buffer[:, 0].reshape(-1, self.n_mels)[first:last]
 
     def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
         del first_frame  # the postnet does not depend on where a window starts

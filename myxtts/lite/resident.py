@@ -1,0 +1,130 @@
+"""The decode state kept inside the runtime between decode_steps calls.
+
+Handing the whole state to a part each step (a signature runner's `part(**state)`) copies every
+buffer in and out: the self-attention caches, the frame and alignment buffers of S slots and the
+text keys and values, about 2 MB a step for the cloning recipe's model, and that copying was
+about 40% of a step's time. Here the state is written into the part's input tensors once per
+sentence; after each call only what the call changed is carried from the outputs back to the
+inputs: the slot rows that call wrote in the slot buffers (leading dimension S) and the small
+tensors whole. Inputs no step changes (text and latent keys and values, masks, the limit) are
+never copied again.
+
+    loop = resident_loop(parts["decode_steps"], manifest)
+    loop.load(state)                 # numpy arrays by the manifest's names
+    loop.run(first_slot, count)      # one call; slots [first_slot, first_slot + count) written
+    loop.value("done")               # a copy of one state tensor
+    loop.state()                     # copies of all of them (to park a decode)
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+import numpy as np
+
+
+class _Resident:
+    """What both runtimes share: which tensors a call carries and how."""
+
+    def __init__(self, inputs: Sequence[str], outputs: Sequence[str], slots: int,
+                 shapes: Dict[str, Sequence[int]]):
+        self.names = list(inputs)
+        # Carried after each call: every output (each is also an input), by slot rows when its
+        # leading dimension is the slot count.
+        self.slotted = {name for name in outputs if len(shapes[name]) > 1
+                        and shapes[name][0] == slots}
+        self.carried = list(outputs)
+
+    def _carry(self, source: np.ndarray, target: np.ndarray, name: str, rows: slice) -> None:
+        if name in self.slotted:
+            target[rows] = source[rows]
+        else:
+            target[...] = source
+
+
+class TFLiteResident(_Resident):
+    """The state in a LiteRT interpreter's own input tensors (its raw tensor API: views taken
+    and dropped around each invoke, as the interpreter requires)."""
+
+    def __init__(self, part, slots: int):
+        self.interpreter = part.interpreter
+        inputs, outputs = part.details()
+        self.interpreter.allocate_tensors()
+        self.input_index = {name: detail["index"] for name, detail in inputs.items()}
+        self.output_index = {name: detail["index"] for name, detail in outputs.items()}
+        super().__init__(inputs, outputs, slots,
+                         {name: detail["shape"] for name, detail in inputs.items()})
+        self.scalars = {name for name, detail in inputs.items() if len(detail["shape"]) == 0}
+
+    def load(self, state: Dict[str, np.ndarray]) -> None:
+        for name, index in self.input_index.items():
+            self.interpreter.set_tensor(index, np.asarray(state[name]))
+
+    def run(self, first_slot: int, count: int) -> None:
+        self.interpreter.invoke()
+        rows = slice(first_slot, first_slot + count)
+        interpreter, tensor = self.interpreter, self.interpreter.tensor
+        for name in self.carried:
+            if name in self.scalars:  # a view of a 0-d tensor is a numpy scalar: copy it
+                interpreter.set_tensor(self.input_index[name],
+                                       interpreter.get_tensor(self.output_index[name]))
+            else:
+                self._carry(tensor(self.output_index[name])(), tensor(self.input_index[name])(),
+                            name, rows)
+
+    def value(self, name: str) -> np.ndarray:
+        return self.interpreter.get_tensor(self.input_index[name])
+
+    def state(self) -> Dict[str, np.ndarray]:
+        return {name: self.value(name) for name in self.names}
+
+
+class OnnxResident(_Resident):
+    """The state in numpy arrays bound to an ONNX Runtime session by IOBinding (CPU OrtValues
+    share the arrays' memory), so a call reads and writes them in place."""
+
+    def __init__(self, part, slots: int):
+        import onnxruntime  # pylint: disable=import-outside-toplevel
+        session = part.session
+        self.session = session
+        self.binding = session.io_binding()
+        self.inputs = {}
+        for arg in session.get_inputs():
+            name = arg.name[:-2] if arg.name.endswith(":0") else arg.name
+            self.inputs[name] = np.zeros(arg.shape, _ONNX_TYPES[arg.type])
+            self.binding.bind_ortvalue_input(
+                arg.name, onnxruntime.OrtValue.ortvalue_from_numpy(self.inputs[name]))
+        self.outputs = {}
+        for runtime_name, name in part.outputs.items():
+            self.outputs[name] = np.zeros_like(self.inputs[name])
+            self.binding.bind_ortvalue_output(
+                runtime_name, onnxruntime.OrtValue.ortvalue_from_numpy(self.outputs[name]))
+        super().__init__(self.inputs, self.outputs, slots,
+                         {name: value.shape for name, value in self.inputs.items()})
+
+    def load(self, state: Dict[str, np.ndarray]) -> None:
+        for name, array in self.inputs.items():
+            array[...] = state[name]
+
+    def run(self, first_slot: int, count: int) -> None:
+        self.session.run_with_iobinding(self.binding)
+        rows = slice(first_slot, first_slot + count)
+        for name in self.carried:
+            self._carry(self.outputs[name], self.inputs[name], name, rows)
+
+    def value(self, name: str) -> np.ndarray:
+        return self.inputs[name].copy()
+
+    def state(self) -> Dict[str, np.ndarray]:
+        return {name: self.value(name) for name in self.names}
+
+
+_ONNX_TYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
+               "tensor(int64)": np.int64, "tensor(float16)": np.float16}
+
+
+def resident_loop(part, manifest: dict):
+    """The resident state of a decode_steps part loaded by myxtts.lite.parts."""
+    slots = next(tensor["shape"][0] for tensor in manifest["parts"]["decode_steps"]["inputs"]
+                 if tensor["name"] == "frames")
+    return {"tflite": TFLiteResident, "onnx": OnnxResident}[manifest["runtime"]](part, slots)
