@@ -1,6 +1,7 @@
 """A real `myxtts-serve` process on 127.0.0.1 for the server tests, over a tiny export.
 
-    export = tiny_export(folder)            # folder/models/myxtts/1, made once per test run
+    export = tiny_export(folder)            # folder/models/myxtts/1, a copy of one made once
+                                            #   per test run
     with ServerProcess(folder) as server:   # python -m myxtts.serve --model models/myxtts ...
         httpx.get(server.url + "/health")   #   started in `folder`, relative paths
 
@@ -8,11 +9,15 @@ The export is an untrained tiny checkpoint (tests.inference_helpers): decodes ru
 length cap, which is what the server's plumbing needs, not speech.
 """
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import httpx
@@ -25,16 +30,29 @@ START_SECONDS = 120  # TensorFlow import + SavedModel load on a busy 2-core mach
 
 
 def tiny_export(folder: str) -> str:
-    """Exports an untrained tiny checkpoint to folder/models/myxtts (once); returns that path."""
+    """folder/models/myxtts (and the checkpoint it was exported from, folder/runs/tiny): a copy
+    of the tiny export made once per test run, so each test module's server has a folder of its
+    own. Returns that export path."""
     export_dir = os.path.join(folder, EXPORT)
     if not os.path.isdir(os.path.join(export_dir, "1")):
-        # pylint: disable=import-outside-toplevel  (TensorFlow only in the tests that need it)
-        from myxtts.exporters.registry import exporter
-        checkpoint_dir = os.path.join(folder, "runs", "tiny")
-        make_checkpoint(checkpoint_dir)
-        exporter("tf_serving")(checkpoint_dir, export_dir, max_decoder_steps=SERVE_DECODER_STEPS,
-                               griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+        shutil.copytree(_shared_export(), folder, dirs_exist_ok=True)
     return export_dir
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_export() -> str:
+    """A folder holding runs/tiny (an untrained tiny checkpoint) and its export models/myxtts;
+    removed at exit."""
+    # pylint: disable=import-outside-toplevel  (TensorFlow only in the tests that need it)
+    from myxtts.exporters.registry import exporter
+    root = tempfile.mkdtemp(prefix="myxtts-serve-export-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    checkpoint_dir = os.path.join(root, "runs", "tiny")
+    make_checkpoint(checkpoint_dir)
+    exporter("tf_serving")(checkpoint_dir, os.path.join(root, EXPORT),
+                           max_decoder_steps=SERVE_DECODER_STEPS,
+                           griffin_lim_iterations=GRIFFIN_LIM_ITERS)
+    return root
 
 
 def free_port() -> int:
