@@ -1,12 +1,13 @@
 """Runs every signature of an exported SavedModel the way a TF Serving client would, in a process
 that never imports myxtts (tests/test_export.py starts it with subprocess).
 
-    python tests/serving_runner.py VERSION_DIR INPUTS.npz OUTPUTS.npz
+    python tests/serving_runner.py VERSION_DIR INPUTS.npz OUTPUTS.npz [VERSION_DIR ...]
 
 INPUTS.npz holds "<signature>/<input>" arrays. For each signature a tensorflow-serving-api
 PredictRequest is built from them and checked against the loaded signature (same input names,
 same dtypes); the signature then runs on the tensors decoded back from the request, and the
-outputs are written as "<signature>/<output>". Prints one JSON line describing the checks.
+outputs are written as "<signature>/<output>". Prints one JSON line describing the checks (one
+line per export, in order: several VERSION_DIR INPUTS OUTPUTS triples share one TensorFlow start).
 """
 
 import json
@@ -61,4 +62,8 @@ def main(version_dir, inputs_path, outputs_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    arguments = sys.argv[1:]
+    if not arguments or len(arguments) % 3:
+        sys.exit(__doc__)
+    for start in range(0, len(arguments), 3):
+        main(*arguments[start:start + 3])

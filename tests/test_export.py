@@ -283,11 +283,23 @@ class ExportRoundTripTest(unittest.TestCase):
         synth_mel = self.synth.synthesize_tokens(
             self.synth.encode(TEXT, "en"), 0,
             self.synth.speaker_latents_from_mel(self.synth.reference_mel(REFERENCE_AUDIO)))[1]
+        exports = {}
         for generator, name in (("hifigan", "HiFi-GAN"), ("vocos", "Vocos")):
             with self.subTest(generator=generator):
-                self._check_vocoder_export(generator, name, synth_mel)
+                exports[generator] = self._export_with_vocoder(generator, name)
+        # One fresh process (one TensorFlow start) runs every export, one after the other.
+        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"),
+                     *(path for export in exports.values() for path in export[1:])],
+                    cwd=self.tmp)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        reports = done.stdout.strip().splitlines()[-len(exports):]
+        for (generator, export), report in zip(exports.items(), reports):
+            with self.subTest(generator=generator):
+                self._check_vocoder_export(generator, export, json.loads(report), synth_mel)
 
-    def _check_vocoder_export(self, generator, name, synth_mel):
+    def _export_with_vocoder(self, generator, name):
+        """Exports the checkpoint with the `generator` vocoder and writes the runner's inputs;
+        returns (vocoder_dir, version path, inputs path, outputs path)."""
         vocoder_dir, _ = shared_vocoder_checkpoint(generator)
         with self.assertLogs("myxtts", "INFO") as logs:
             result = export_tf_serving(self.checkpoint_dir,
@@ -296,17 +308,19 @@ class ExportRoundTripTest(unittest.TestCase):
                                         vocoder_dir=vocoder_dir)
         self.assertTrue(any(f"Vocoder: {name}" in line for line in logs.output), logs.output)
         self.assertEqual(sorted(result.signatures), sorted([*SIGNATURES, "vocode"]))
-        rng = np.random.default_rng(3)
-        mel = rng.normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
-        lengths = np.array([20, 13], np.int32)
-        inputs = {**self._inputs(), "vocode/mel": mel, "vocode/mel_lengths": lengths}
+        inputs = {**self._inputs(), "vocode/mel": self.VOCODE_MEL,
+                  "vocode/mel_lengths": self.VOCODE_LENGTHS}
         inputs_path = os.path.join(self.tmp, f"{generator}-inputs.npz")
         outputs_path = os.path.join(self.tmp, f"{generator}-outputs.npz")
         np.savez(inputs_path, **inputs)
-        done = _run([sys.executable, os.path.join(HERE, "serving_runner.py"), result.path,
-                     inputs_path, outputs_path], cwd=self.tmp)
-        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
-        report = json.loads(done.stdout.strip().splitlines()[-1])
+        return vocoder_dir, result.path, inputs_path, outputs_path
+
+    VOCODE_MEL = np.random.default_rng(3).normal(-2.5, 0.8, (2, 20, 40)).astype(np.float32)
+    VOCODE_LENGTHS = np.array([20, 13], np.int32)
+
+    def _check_vocoder_export(self, generator, export, report, synth_mel):
+        vocoder_dir, version_path, _, outputs_path = export
+        mel, lengths = self.VOCODE_MEL, self.VOCODE_LENGTHS
         self.assertFalse(report["myxtts_imported"])
         self.assertEqual(report["requests"], {s: [] for s in [*SIGNATURES, "vocode"]
                                               if s == "vocode" or SIGNATURES[s]})
@@ -328,7 +342,7 @@ class ExportRoundTripTest(unittest.TestCase):
                 np.testing.assert_allclose(out[f"{signature}/waveform"], expected.numpy(),
                                            atol=1e-5)
         if generator == "hifigan":
-            self._check_streaming(result.path, vocoder)
+            self._check_streaming(version_path, vocoder)
 
     def _check_streaming(self, version_dir, vocoder):
         """The streaming signatures stream in a fresh process what the checkpoint streams."""
