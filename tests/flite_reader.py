@@ -1,6 +1,7 @@
 """One tiny model trained with the real CLI on three flite voices, shared by the tests that judge
 a trained model (tests/test_learns_to_clone.py, tests/test_learns_to_read.py): trained once per
-test run, on first use, and removed when the run ends. Needs flite (`available()`)."""
+test run, on first use, and removed when the run ends. Needs flite (`available()`); the cloning
+test also needs the speaker judge (`judge_missing()`)."""
 
 import atexit
 import functools
@@ -28,6 +29,20 @@ class FliteReader(NamedTuple):
 
 def available() -> bool:
     return shutil.which("flite") is not None
+
+
+@functools.lru_cache(maxsize=None)
+def judge_missing() -> str:
+    """Why the speaker judge (Resemblyzer) cannot be loaded; empty when it can."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.evaluation.speaker_judge import load_speaker_judge
+    judge, why_not = load_speaker_judge("auto")
+    return "" if judge else why_not
+
+
+def cloning_test_runs() -> bool:
+    """Whether tests/test_learns_to_clone.py can run (flite and the judge are here)."""
+    return available() and not judge_missing()
 
 
 def _speak(voice: str, text: str, path: str) -> None:

@@ -19,21 +19,16 @@ import numpy as np
 import pytest
 
 from myxtts.evaluate import guarded_main
-from myxtts.evaluation.speaker_judge import load_speaker_judge
 from tests import flite_reader
 from tests.flite_reader import VOICES
 
 JUDGED_PER_VOICE = 6
 
 
-def _judge_missing() -> str:
-    judge, why_not = load_speaker_judge("auto")
-    return "" if judge else why_not
-
-
 @pytest.mark.slow
 @unittest.skipUnless(flite_reader.available(), "needs flite (apt-get install flite; .ci/run does)")
-@unittest.skipIf(_judge_missing(), f"needs the speaker judge: {_judge_missing()}")
+@unittest.skipIf(flite_reader.judge_missing(),
+                 f"needs the speaker judge: {flite_reader.judge_missing()}")
 class LearnsToCloneTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -4,9 +4,9 @@ free-running and matches it (DTW mel-cepstral distance) against every sentence's
 the own recording must be the nearest more often than chance. (docs/results.md has the
 full-size figures.)
 
-With flite, the model judged is the one tests/test_learns_to_clone.py judges (three flite voices,
-tests/flite_reader.py: trained once per test run); without it, a model of its own trained on the
-bundled sample (two espeak-ng voices).
+When tests/test_learns_to_clone.py runs (flite and the speaker judge are installed), the model
+judged is the one it judges (three flite voices, tests/flite_reader.py: trained once per test
+run); otherwise a model of its own, trained on the bundled sample (two espeak-ng voices).
 
     python -m pytest tests/test_learns_to_read.py -v
 """
@@ -38,7 +38,7 @@ class LearnsToReadTest(unittest.TestCase):
         # The same sentences in another folder: evaluate holds every row out and picks each
         # one's reference among the other utterances of its speaker.
         cls.judged = os.path.join(cls.tmp, "judged")
-        if flite_reader.available():
+        if flite_reader.cloning_test_runs():
             # 24 different sentences of the flite corpus, the voices taking turns (8 each).
             reader = flite_reader.trained()
             voices = len(flite_reader.VOICES)
