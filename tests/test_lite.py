@@ -56,8 +56,9 @@ def exported():
         checkpoint, os.path.join(root, "models", "savedmodel")).path)
     voice_path = os.path.join(root, "voice.npz")
     saved_model.voice(REFERENCE_AUDIO).save(voice_path)
-    return {"root": root, "folders": folders, "saved_model": saved_model, "voice": voice_path,
-            "checkpoint": checkpoint}
+    yield {"root": root, "folders": folders, "saved_model": saved_model, "voice": voice_path,
+           "checkpoint": checkpoint}
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def run_lite(args, cwd):
