@@ -1,13 +1,13 @@
 """The decode state kept inside the runtime between decode_steps calls.
 
-Handing the whole state to a part each step (a signature runner's `part(**state)`) copies every
-buffer in and out: the self-attention caches, the frame and alignment buffers of S slots and the
-text keys and values, about 2 MB a step for the cloning recipe's model, and that copying was
-about 40% of a step's time. Here the state is written into the part's input tensors once per
-sentence; after each call only what the call changed is carried from the outputs back to the
-inputs: the slot rows that call wrote in the slot buffers (leading dimension S) and the small
-tensors whole. Inputs no step changes (text and latent keys and values, masks, the limit) are
-never copied again.
+Handing the whole state to a part each step (a LiteRT signature runner's `part(**state)`)
+resizes and re-allocates the interpreter's tensors and copies every buffer in and out: the
+self-attention caches, the frame and alignment buffers of S slots and the text keys and values
+(about 2 MB a step for the cloning recipe's model). Here the state is written into the part's
+input tensors once per sentence; after each call only what a call changes is carried from the
+outputs back to the inputs (ONNX Runtime: the slot rows that call wrote in the slot buffers,
+leading dimension S, and the small tensors whole; LiteRT: every changed tensor whole). Inputs
+no step changes (text and latent keys and values, masks, the limit) are never copied again.
 
     loop = resident_loop(parts["decode_steps"], manifest)
     loop.load(state)                 # numpy arrays by the manifest's names
@@ -24,59 +24,50 @@ import numpy as np
 
 
 class _Resident:
-    """What both runtimes share: which tensors a call carries and how."""
+    """What both runtimes share: the state's names, and the outputs a call carries back (every
+    output is also an input)."""
 
-    def __init__(self, inputs: Sequence[str], outputs: Sequence[str], slots: int,
-                 shapes: Dict[str, Sequence[int]]):
+    def __init__(self, inputs: Sequence[str], outputs: Sequence[str]):
         self.names = list(inputs)
-        # Carried after each call: every output (each is also an input), by slot rows when its
-        # leading dimension is the slot count.
-        self.slotted = {name for name in outputs if len(shapes[name]) > 1
-                        and shapes[name][0] == slots}
         self.carried = list(outputs)
 
-    def _carry(self, source: np.ndarray, target: np.ndarray, name: str, rows: slice) -> None:
-        if name in self.slotted:
-            target[rows] = source[rows]
-        else:
-            target[...] = source
+    def value(self, name: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def state(self) -> Dict[str, np.ndarray]:
+        return {name: self.value(name) for name in self.names}
 
 
 class TFLiteResident(_Resident):
-    """The state in a LiteRT interpreter's own input tensors (its raw tensor API: views taken
-    and dropped around each invoke, as the interpreter requires)."""
+    """The state in a LiteRT interpreter's own input tensors. Each output a call changed is set
+    back whole (get_tensor / set_tensor). Carrying only the slot rows needs the interpreter's
+    numpy views (`tensor()`), and its invoke() refuses to run while it counts a view alive:
+    it did in bench_edge.py's runs, with a stream left suspended, though no view of ours was
+    alive (the ONNX way below, on LiteRT through its private invoke, reached a real-time factor
+    of about 0.012 against 0.013: not worth a private API)."""
 
-    def __init__(self, part, slots: int):
+    def __init__(self, part):
         self.interpreter = part.interpreter
         inputs, outputs = part.details()
         self.interpreter.allocate_tensors()
         self.input_index = {name: detail["index"] for name, detail in inputs.items()}
         self.output_index = {name: detail["index"] for name, detail in outputs.items()}
-        super().__init__(inputs, outputs, slots,
-                         {name: detail["shape"] for name, detail in inputs.items()})
-        self.scalars = {name for name, detail in inputs.items() if len(detail["shape"]) == 0}
+        super().__init__(inputs, outputs)
 
     def load(self, state: Dict[str, np.ndarray]) -> None:
         for name, index in self.input_index.items():
             self.interpreter.set_tensor(index, np.asarray(state[name]))
 
     def run(self, first_slot: int, count: int) -> None:
-        self.interpreter.invoke()
-        rows = slice(first_slot, first_slot + count)
-        interpreter, tensor = self.interpreter, self.interpreter.tensor
+        del first_slot, count  # every changed tensor is carried whole
+        interpreter = self.interpreter
+        interpreter.invoke()
         for name in self.carried:
-            if name in self.scalars:  # a view of a 0-d tensor is a numpy scalar: copy it
-                interpreter.set_tensor(self.input_index[name],
-                                       interpreter.get_tensor(self.output_index[name]))
-            else:
-                self._carry(tensor(self.output_index[name])(), tensor(self.input_index[name])(),
-                            name, rows)
+            interpreter.set_tensor(self.input_index[name],
+                                   interpreter.get_tensor(self.output_index[name]))
 
     def value(self, name: str) -> np.ndarray:
         return self.interpreter.get_tensor(self.input_index[name])
-
-    def state(self) -> Dict[str, np.ndarray]:
-        return {name: self.value(name) for name in self.names}
 
 
 class OnnxResident(_Resident):
@@ -99,8 +90,10 @@ class OnnxResident(_Resident):
             self.outputs[name] = np.zeros_like(self.inputs[name])
             self.binding.bind_ortvalue_output(
                 runtime_name, onnxruntime.OrtValue.ortvalue_from_numpy(self.outputs[name]))
-        super().__init__(self.inputs, self.outputs, slots,
-                         {name: value.shape for name, value in self.inputs.items()})
+        super().__init__(self.inputs, self.outputs)
+        # Carried by the rows a call wrote when the leading dimension is the slot count.
+        self.slotted = {name for name, value in self.outputs.items()
+                        if value.ndim > 1 and value.shape[0] == slots}
 
     def load(self, state: Dict[str, np.ndarray]) -> None:
         for name, array in self.inputs.items():
@@ -110,13 +103,13 @@ class OnnxResident(_Resident):
         self.session.run_with_iobinding(self.binding)
         rows = slice(first_slot, first_slot + count)
         for name in self.carried:
-            self._carry(self.outputs[name], self.inputs[name], name, rows)
+            if name in self.slotted:
+                self.inputs[name][rows] = self.outputs[name][rows]
+            else:
+                self.inputs[name][...] = self.outputs[name]
 
     def value(self, name: str) -> np.ndarray:
         return self.inputs[name].copy()
-
-    def state(self) -> Dict[str, np.ndarray]:
-        return {name: self.value(name) for name in self.names}
 
 
 _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(bool)": np.bool_,
@@ -125,6 +118,8 @@ _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(b
 
 def resident_loop(part, manifest: dict):
     """The resident state of a decode_steps part loaded by myxtts.lite.parts."""
+    if manifest["runtime"] == "tflite":
+        return TFLiteResident(part)
     slots = next(tensor["shape"][0] for tensor in manifest["parts"]["decode_steps"]["inputs"]
                  if tensor["name"] == "frames")
-    return {"tflite": TFLiteResident, "onnx": OnnxResident}[manifest["runtime"]](part, slots)
+    return OnnxResident(part, slots)
