@@ -83,8 +83,9 @@ class TFLitePart:
         # interpreter frees the model the runner still reads (memory errors, wrong results).
         self.interpreter = _tflite_interpreter(path, threads)
         self.outputs = outputs
-        # Made at the first call: while a runner exists the interpreter refuses its raw
-        # invoke(), which myxtts.lite.resident uses instead of calls.
+        # Made at the first call, so the decode_steps part, which myxtts.lite.resident drives
+        # through the interpreter's own tensors (no runner call, which would resize and
+        # re-allocate them every step), never holds one.
         self._runner = None
 
     def details(self):
