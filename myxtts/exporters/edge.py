@@ -205,7 +205,7 @@ def _convert_onnx(function, quantize: str) -> bytes:
         raise ValueError("--quantize is for --format tflite; ONNX parts are exported in fp32.")
     # pylint: disable=import-outside-toplevel  (only this format needs the converter)
     import tf2onnx
-    _register_erfc()
+    _register_handlers()
     frozen = convert_variables_to_constants_v2(function)
     model, _ = tf2onnx.convert.from_graph_def(
         frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
@@ -218,10 +218,34 @@ def onnx_output_names(count: int) -> List[str]:
     return ["Identity:0"] + [f"Identity_{i}:0" for i in range(1, count)]
 
 
-def _register_erfc() -> None:
-    """tf2onnx has no handler for TensorFlow's Erfc (exact GELU is 0.5 x erfc(-x / sqrt 2)):
-    erfc(x) = 1 - erf(x), with ONNX's Erf."""
+def _register_handlers() -> None:
+    """tf2onnx handlers for two ops it lacks:
+    - Erfc (exact GELU is 0.5 x erfc(-x / sqrt 2)): erfc(x) = 1 - erf(x), with ONNX's Erf;
+    - XlaDynamicUpdateSlice as the decode buffers use it (models.layers.write_slot: one slot
+      along the first axis, every other start 0): ScatterND at [[start[0]]]."""
     from tf2onnx import handler, utils  # pylint: disable=import-outside-toplevel
+    from onnx import TensorProto  # pylint: disable=import-outside-toplevel
+
+    @handler.tf_op("XlaDynamicUpdateSlice")
+    class SlotUpdate:  # pylint: disable=unused-variable  (registered by the decorator)
+        @classmethod
+        def version_11(cls, ctx, node, **kwargs):
+            del kwargs
+            data, update, starts = node.input
+            data_shape, update_shape = ctx.get_shape(data), ctx.get_shape(update)
+            if update_shape[0] != 1 or list(update_shape[1:]) != list(data_shape[1:]):
+                raise ValueError(f"{node.name}: only one whole slot along the first axis "
+                                 f"converts (update {update_shape} into {data_shape})")
+            first = ctx.make_node("Slice", [starts, ctx.make_const(
+                utils.make_name("begin"), np.array([0], np.int64)).output[0], ctx.make_const(
+                utils.make_name("end"), np.array([1], np.int64)).output[0]])
+            index = ctx.make_node("Cast", [first.output[0]], attr={"to": TensorProto.INT64})
+            indices = ctx.make_node("Reshape", [index.output[0], ctx.make_const(
+                utils.make_name("shape"), np.array([1, 1], np.int64)).output[0]])
+            outputs, name = node.output, node.name
+            ctx.remove_node(name)
+            ctx.make_node("ScatterND", [data, indices.output[0], update], outputs=outputs,
+                          name=name)
 
     @handler.tf_op("Erfc")
     class Erfc:  # pylint: disable=unused-variable  (registered by the decorator)

