@@ -142,6 +142,10 @@ class ModelConfig:
     postnet_channels: int = _m(256, "Channels of the postnet convolutions.")
     postnet_kernel: int = _m(5, "Kernel size of the postnet convolutions.")
     dropout: float = _f(0.1, "Dropout in transformer blocks.")
+    frame_dropout: float = _f(0.0, "Training only: the share of decoder steps whose input "
+                                   "(the previous step's frames) is replaced by the zero "
+                                   "go-frame, so the decoder must find those frames from the "
+                                   "text and the voice rather than continue the ones before.")
     max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
                                        "are refused with a hint to split them).")
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
@@ -404,6 +408,7 @@ class XTTSConfig:
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
              "and model.prenet_dropout must be in [0, 1).")
+        need(0 <= m.frame_dropout < 1, "model.frame_dropout", "must be in [0, 1).")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
