@@ -111,6 +111,12 @@ class DataConfig:
                                        "formants and tempo scaled by f: another voice, speaker "
                                        "'<name>~f'), e.g. [0.85, 1.15]. Validation rows are "
                                        "never shifted. docs/cloning.md.")
+    voice_warp: float = _f(0.0, "Speaker augmentation in training: each item's target and "
+                                "reference log-mels are warped along frequency by one factor "
+                                "from [1 - w, 1 + w] (vocal tract length perturbation: "
+                                "formants and pitch scale, tempo does not), so batches hold "
+                                "voices between and beyond the corpus's; e.g. 0.12. 0 = off. "
+                                "docs/cloning.md.")
     seed: int = _f(1234, "Seed for the train/validation split, shuffling and reference slices.")
 
 
@@ -409,6 +415,7 @@ class XTTSConfig:
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
              "and model.prenet_dropout must be in [0, 1).")
         need(0 <= m.frame_dropout < 1, "model.frame_dropout", "must be in [0, 1).")
+        need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")

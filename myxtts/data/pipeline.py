@@ -146,6 +146,9 @@ class InputPipeline:
             d, tf.DeviceSpec.from_string(data_device).device_type or "CPU")
         # Not XLA-compiled as a whole: the mel and reference-mel launches run concurrently.
         self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
+        # data.voice_warp: training items carry a warp index, applied in _featurize_batch
+        self._warps = (tf.constant(voice_shifts.warp_matrices(d)) if d.voice_warp > 0
+                       else None)
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
         self._bank = None
@@ -347,6 +350,8 @@ class InputPipeline:
             for key in ("audio_lengths", "ref_audio_lengths", "token_lengths", "language_ids"):
                 element[key].set_shape([])
             element["frames"] = 1 + element["audio_lengths"] // d.hop_length
+            if training and self._warps is not None:
+                element["voice_warp"] = self._warp_index(epoch, index)
             return element
 
         order = (np.random.default_rng([d.seed, epoch]).permutation(len(items)) if training
@@ -433,10 +438,13 @@ class InputPipeline:
             ref = tf.pad(ref, [[0, ref_max - length], [0, 0]], constant_values=log_floor)
             ref.set_shape([ref_max, d.n_mels])
             toks = tokens[index]
-            return {"tokens": toks, "token_lengths": tf.shape(toks)[0],
-                    "language_ids": tf.gather(languages, index),
-                    "mel": mel, "mel_lengths": tf.shape(mel)[0], "ref_mel": ref,
-                    "ref_lengths": length}
+            element = {"tokens": toks, "token_lengths": tf.shape(toks)[0],
+                       "language_ids": tf.gather(languages, index),
+                       "mel": mel, "mel_lengths": tf.shape(mel)[0], "ref_mel": ref,
+                       "ref_lengths": length}
+            if training and self._warps is not None:
+                element["voice_warp"] = self._warp_index(epoch, index)
+            return element
 
         ds = tf.data.TFRecordDataset(shards, num_parallel_reads=min(len(shards), 4))
         if training and self.data_service:
@@ -513,4 +521,16 @@ class InputPipeline:
         else:
             for key in ("mel", "mel_lengths", "ref_mel", "ref_lengths"):
                 out[key] = batch[key]
+        if "voice_warp" in batch:
+            # one factor per item, the same for its target and its reference
+            warps = tf.gather(self._warps, batch["voice_warp"])
+            for key in ("mel", "ref_mel"):
+                out[key] = tf.einsum("btm,bmn->btn", out[key], warps)
         return out
+
+    def _warp_index(self, epoch: int, index) -> tf.Tensor:
+        """The data.voice_warp factor (an index into warp_matrices) of training item `index`
+        in `epoch`: seeded, so a resumed epoch warps as the first run did."""
+        seed = tf.stack([tf.cast(self.data_config.seed * 100003 + epoch, tf.int64),
+                         tf.cast(index, tf.int64)])
+        return tf.random.stateless_uniform([], seed + 3, 0, voice_shifts.WARP_STEPS, tf.int32)
