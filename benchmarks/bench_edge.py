@@ -146,6 +146,18 @@ def folder_size(folder: str) -> float:
                for f in files) / 1e6
 
 
+def export_formats(formats, checkpoint_dir: str, out: str, **kwargs) -> dict:
+    """{format name: version folder} of `checkpoint_dir` exported once per (name, format,
+    quantize) of `formats` into out/<name>."""
+    from myxtts.exporters.registry import exporter  # pylint: disable=import-outside-toplevel
+    folders = {}
+    for name, fmt, quantize in formats:
+        options = dict(kwargs) if fmt == "tf_serving" else dict(kwargs, quantize=quantize)
+        folders[name] = exporter(fmt)(checkpoint_dir, os.path.join(out, name.replace(" ", "-")),
+                                      **options).path
+    return folders
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         kind, folder, threads, reference, repeats, mels_path = sys.argv[2:8]
@@ -160,15 +172,9 @@ def main() -> int:
     p.add_argument("--out", default="/tmp/bench-edge")
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    from myxtts.exporters.registry import exporter  # pylint: disable=import-outside-toplevel
-    folders = {}
-    for name, fmt, quantize in FORMATS:
-        target = os.path.join(args.out, name.replace(" ", "-"))
-        kwargs = dict(checkpoint=args.checkpoint, vocoder_dir=args.vocoder_dir,
-                      vocoder_checkpoint=args.vocoder_checkpoint)
-        if fmt != "tf_serving":
-            kwargs["quantize"] = quantize
-        folders[name] = exporter(fmt)(args.checkpoint_dir, target, **kwargs).path
+    folders = export_formats(FORMATS, args.checkpoint_dir, args.out, checkpoint=args.checkpoint,
+                             vocoder_dir=args.vocoder_dir,
+                             vocoder_checkpoint=args.vocoder_checkpoint)
     rows = []
     for name, _, _ in FORMATS:
         kind = "savedmodel" if name == "savedmodel" else "lite"
