@@ -47,15 +47,17 @@ class PartTimes:
 
 
 def instrument(synth: LiteSynthesizer, times: PartTimes) -> None:
+    """Wraps the parts the synthesizer holds (private attributes: this is a measurement)."""
+    # pylint: disable=protected-access
     decoder, vocoder = synth.decoder, synth.vocoder
-    decoder._start = times.timed("decode_start", decoder._start)  # pylint: disable=protected-access
-    decoder._postnet = times.timed("postnet", decoder._postnet)  # pylint: disable=protected-access
-    vocoder._parts = [(frames, times.timed(f"vocoder ({frames} frames)", part))  # pylint: disable=protected-access
-                      for frames, part in vocoder._parts]  # pylint: disable=protected-access
-    loop = decoder._loop  # pylint: disable=protected-access
+    decoder._start = times.timed("decode_start", decoder._start)
+    decoder._postnet = times.timed("postnet", decoder._postnet)
+    vocoder._parts = [(frames, times.timed(f"vocoder ({frames} frames)", part))
+                      for frames, part in vocoder._parts]
+    loop = decoder._loop
     loop.run = times.timed("decode_steps+carry", loop.run)
     if hasattr(loop, "_invoke"):  # LiteRT
-        loop._invoke = times.timed("decode_steps", loop._invoke)  # pylint: disable=protected-access
+        loop._invoke = times.timed("decode_steps", loop._invoke)
     else:  # ONNX Runtime
         loop.session.run_with_iobinding = times.timed("decode_steps",
                                                       loop.session.run_with_iobinding)
