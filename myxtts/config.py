@@ -203,6 +203,10 @@ class TrainingConfig:
     guided_attention_sigma: float = _f(0.2, "Width of the diagonal prior.")
     guided_attention_decay_steps: int = _f(20000, "Steps over which that weight decays "
                                                   "linearly to 0; 0 = no decay.")
+    alignment_loss_weight: float = _f(0.0, "Weight of the forward-sum alignment loss on the "
+                                           "text attention (training/losses.py): every token "
+                                           "read in order, the last one at the last step, at "
+                                           "no fixed pace; 0 = off.")
     checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
                                              "vocab.json and model_info.json go here "
                                              "(--checkpoint-dir).")
@@ -430,6 +434,8 @@ class XTTSConfig:
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
         need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
+        need(t.alignment_loss_weight >= 0, "training.alignment_loss_weight",
+             "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
         need(t.free_running_sentences >= (2 if t.select_by == "text_match" else 1),

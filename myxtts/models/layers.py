@@ -107,13 +107,20 @@ def forward_initial_state(batch, heads: int, keys) -> tf.Tensor:
     return tf.tile(first[None, None], [batch, heads, 1])
 
 
+def forward_moves(previous: tf.Tensor) -> tf.Tensor:
+    """previous [..., T]: log weights of step s-1 → log weight [..., T] of reaching each token
+    at step s by staying or moving forward by up to FORWARD_JUMP tokens (unnormalised)."""
+    pad = [[0, 0]] * (len(previous.shape) - 1)
+    moves = [previous] + [
+        tf.pad(previous, pad + [[jump, 0]], constant_values=_IMPOSSIBLE)[..., :-jump]
+        for jump in range(1, FORWARD_JUMP + 1)]
+    return tf.reduce_logsumexp(tf.stack(moves), axis=0)
+
+
 def forward_step(previous: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     """previous [B, H, T]: step s-1's forward log weights; logits [B, H, T]: step s's masked
     attention logits → step s's forward log weights [B, H, T] (exp() sums to 1)."""
-    moves = [previous] + [
-        tf.pad(previous, [[0, 0], [0, 0], [jump, 0]], constant_values=_IMPOSSIBLE)[..., :-jump]
-        for jump in range(1, FORWARD_JUMP + 1)]
-    joint = tf.reduce_logsumexp(tf.stack(moves), axis=0) + tf.nn.log_softmax(logits, axis=-1)
+    joint = forward_moves(previous) + tf.nn.log_softmax(logits, axis=-1)
     return tf.maximum(tf.nn.log_softmax(joint, axis=-1), _IMPOSSIBLE)
 
 

@@ -101,10 +101,12 @@ def run(distribution, single, mirrored, b):
 
 
 def fp32(out, workdir, distribution):
-    """fp32, global batch of 4 split 2 + 2, global-norm clipping active; two updates, then a NaN
+    """fp32, global batch of 4 split 2 + 2, global-norm clipping and the alignment loss active
+    (every loss shared by the global counts); two updates, then a NaN
     in one replica's slice (the whole update is skipped on every replica)."""
-    single = make(workdir, distribution, "single", False, clip_norm=1.0)
-    mirrored = make(workdir, distribution, "mirrored", True, clip_norm=1.0)
+    options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5}
+    single = make(workdir, distribution, "single", False, **options)
+    mirrored = make(workdir, distribution, "mirrored", True, **options)
     mirrored.model.set_weights(single.model.get_weights())
     initial = single.model.get_weights()
     out["fp32"] = [run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=s))
