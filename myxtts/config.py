@@ -152,6 +152,11 @@ class ModelConfig:
                                    "(the previous step's frames) is replaced by the zero "
                                    "go-frame, so the decoder must find those frames from the "
                                    "text and the voice rather than continue the ones before.")
+    self_feeding: float = _f(0.0, "Training only: the share of decoder steps whose input is "
+                                  "the model's own prediction of the previous step (from a "
+                                  "first teacher-forced pass without gradient) instead of the "
+                                  "recorded frames: parallel scheduled sampling, so training "
+                                  "sees the inputs decoding gives. Costs a forward pass.")
     max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
                                        "are refused with a hint to split them).")
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
@@ -419,6 +424,7 @@ class XTTSConfig:
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
              "and model.prenet_dropout must be in [0, 1).")
         need(0 <= m.frame_dropout < 1, "model.frame_dropout", "must be in [0, 1).")
+        need(0 <= m.self_feeding <= 1, "model.self_feeding", "must be in [0, 1].")
         need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
 

@@ -169,6 +169,68 @@ class FrameDropoutTest(unittest.TestCase):
         self.assertIs(tiny_model().decoder.drop_frames(inputs, seed, training=True), inputs)
 
 
+class SelfFeedingTest(unittest.TestCase):
+    """model.self_feeding: in training, step inputs become the model's own one-step-ahead
+    predictions (from a first pass without gradient)."""
+
+    @classmethod
+    def setUpClass(cls):
+        # No dropout anywhere: the first pass and the training pass are then the same function.
+        cls.config = tiny_config(dropout=0.0, prenet_dropout=0.0)
+        cls.decoder = tiny_model(cls.config).decoder
+        batch = random_batch(cls.config)
+        model = tiny_model(cls.config)
+        cls.latents = model.speaker_latents(batch["ref_mel"], batch["ref_lengths"])
+        cls.text = model.text_encoder(batch["tokens"], batch["token_lengths"],
+                                      batch["language_ids"])
+        cls.mask = key_padding_mask(batch["token_lengths"], tf.shape(batch["tokens"])[1])
+        r, n = cls.decoder.r, cls.decoder.n_mels
+        cls.inputs = tf.random.uniform([2, 12, r * n], 0.5, 1.0, seed=2)
+
+    def _decode(self, inputs, training, rate=None):
+        decoder = self.decoder
+        decoder.self_feeding = self.config.model.self_feeding if rate is None else rate
+        try:
+            return decoder(inputs, self.latents, self.text, self.mask,
+                           seed=tf.constant([5, 6], tf.int32), training=training)
+        finally:
+            decoder.self_feeding = self.config.model.self_feeding
+
+    def test_every_step_fed_its_own_prediction_of_the_step_before(self):
+        recorded, _, _ = self._decode(self.inputs, training=False)
+        own = tf.pad(recorded, [[0, 0], [1, 0], [0, 0]])[:, :-1]  # step 0: the go-frame
+        expected, _, _ = self._decode(own, training=False)
+        fed, _, _ = self._decode(self.inputs, training=True, rate=1.0)
+        self.assertLessEqual(_max_diff(fed, expected), ATOL)
+        self.assertGreater(_max_diff(fed, recorded), 1e-3)
+        # No gradient reaches the recorded frames through the first pass.
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(self.inputs)
+            fed, _, _ = self._decode(self.inputs, training=True, rate=1.0)
+            plain, _, _ = self._decode(self.inputs, training=True, rate=0.0)
+        self.assertEqual(float(tf.reduce_max(tf.abs(tape.gradient(fed, self.inputs)))), 0.0)
+        self.assertGreater(float(tf.reduce_max(tf.abs(tape.gradient(plain, self.inputs)))), 0.0)
+
+    def test_the_rate_chooses_steps_and_inference_is_untouched(self):
+        decoder = self.decoder
+        text = decoder.condition_text(self.text, self.latents)
+        seed = tf.constant([7, 8], tf.int32)
+        recorded, _, _ = self._decode(self.inputs, training=False)
+        own = tf.pad(recorded, [[0, 0], [1, 0], [0, 0]])[:, :-1].numpy()
+        decoder.self_feeding = 0.5
+        try:
+            mixed = decoder.feed_own_frames(self.inputs, self.latents, text, self.mask, seed,
+                                            training=True).numpy()
+            self.assertIs(decoder.feed_own_frames(self.inputs, self.latents, text, self.mask,
+                                                  seed, training=False), self.inputs)
+        finally:
+            decoder.self_feeding = 0.0
+        is_own = np.all(np.abs(mixed - own) <= ATOL, axis=-1)
+        is_recorded = np.all(mixed == self.inputs.numpy(), axis=-1)
+        self.assertTrue(np.all(is_own | is_recorded))
+        self.assertTrue(0.25 < is_own[:, 1:].mean() < 0.75, is_own.mean())
+
+
 class GenerateTest(ModelTestCase):
     def _inputs(self, token_lengths=(7, 3)):
         b = random_batch(self.config, token_lengths=token_lengths)

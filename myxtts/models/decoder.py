@@ -123,6 +123,7 @@ class MelDecoder(keras.layers.Layer):
         self.r, self.n_mels, self.d_model = config.reduction_factor, n_mels, config.d_model
         self.dropout = config.dropout
         self.frame_dropout = config.frame_dropout
+        self.self_feeding = config.self_feeding
         self.prenet = Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
                              name="prenet")
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
@@ -209,14 +210,37 @@ class MelDecoder(keras.layers.Layer):
         keep = tf.random.stateless_uniform([shape[0], shape[1], 1], seed) >= self.frame_dropout
         return step_inputs * tf.cast(keep, step_inputs.dtype)
 
+    def feed_own_frames(self, step_inputs, latents, text, text_mask, seed, training):
+        """Training with model.self_feeding: parallel scheduled sampling (Duckworth et al.
+        2019). A first pass, without gradient, predicts every step's frames from the recorded
+        ones; then, per step and item at rate model.self_feeding, the input of step s+1 becomes
+        that prediction of step s instead of the recording, as in decoding, where the decoder
+        continues its own frames. `text` is the conditioned text memory. Step 0 keeps the
+        go-frame."""
+        if not training or seed is None or self.self_feeding <= 0.0:
+            return step_inputs
+        frames, _, _ = self._forward(step_inputs, latents, text, text_mask, fold_seed(seed, 4),
+                                     training)
+        own = tf.stop_gradient(tf.pad(tf.cast(frames, step_inputs.dtype),
+                                      [[0, 0], [1, 0], [0, 0]])[:, :-1])
+        shape = tf.shape(step_inputs)
+        fed = tf.random.stateless_uniform([shape[0], shape[1], 1],
+                                          fold_seed(seed, 5)) < self.self_feeding
+        return tf.where(fed, own, step_inputs)
+
     def call(self, step_inputs, latents, text, text_mask, seed=None, training=False):
         """Teacher-forced pass over all steps (`text` as the text encoder gives it; the speaker
         conditioning is applied here). `text_mask` is bool, broadcastable to
         [B, 1, S, T_text]. Returns (frames [B,S,r*n], stop [B,S,r], text cross-attention weights
         of every block, blocks then heads [B, layers*H, S, T_text] float32)."""
-        s = tf.shape(step_inputs)[1]
         text = self.condition_text(text, latents)
+        step_inputs = self.feed_own_frames(step_inputs, latents, text, text_mask, seed, training)
         step_inputs = self.drop_frames(step_inputs, fold_seed(seed, 3), training)
+        return self._forward(step_inputs, latents, text, text_mask, seed, training)
+
+    def _forward(self, step_inputs, latents, text, text_mask, seed, training):
+        """`call` after the speaker conditioning and the training-only input changes."""
+        s = tf.shape(step_inputs)[1]
         x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
                                       memory_masks=[None, text_mask], seed=fold_seed(seed, 2),
