@@ -155,6 +155,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"WER not measured: {why_not}.")
     if len(rows) < 2:
         print("Text match needs at least 2 sentences (--num 2 or more).")
+    else:
+        print(f"Text match {summary['text_match']:.2f} free-running; "
+              f"{summary['text_match_teacher_forced']:.2f} teacher-forced (the recording's own "
+              f"frames fed back: the measure's ceiling for this model); chance "
+              f"{summary['text_match_chance']:.2f}.")
     if cloning:
         print(f"Speaker similarity ({sentences.mode}, {len(cloning['speakers'])} speakers) by "
               f"{judge.name}:")

@@ -34,7 +34,8 @@ from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPL
                                      shared_vocoder_checkpoint, tiny_inference_config)
 
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
-             "mcd_others", "text_match", "text_match_chance", "wer_synth",
+             "mcd_others", "text_match", "text_match_chance", "text_match_teacher_forced",
+             "wer_synth",
              "wer_gt_vocoded", "wer_recording"}
 UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance"} | set(SPEAKER_FIELDS) | {
     "id", "speaker", "text", "reference_id", "reference_audio", "tokens", "gt_frames",
@@ -106,9 +107,11 @@ class EvaluateCliTest(unittest.TestCase):
             self.assertGreater(utterance["mcd_own"], 0.0)
             self.assertGreater(utterance["focus"], 0.0)
             self.assertIsInstance(utterance["text_match"], bool)
+            self.assertIsInstance(utterance["text_match_teacher_forced"], bool)
         self.assertEqual(report["mean"]["ended_by_stop"], 0.0)
         self.assertAlmostEqual(report["mean"]["text_match_chance"], 1 / 3)
         self.assertIn("mean", stdout)
+        self.assertIn("teacher-forced", stdout)
         self.assertIn("WER not measured", stdout)
         for utterance in report["utterances"]:
             self.assertIn(utterance["id"], stdout)

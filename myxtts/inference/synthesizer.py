@@ -230,6 +230,25 @@ class Synthesizer:
                          out["alignments"][0, : -(-frames // r), : len(ids)].numpy(),
                          ended_by_stop=bool(out["stopped"][0]), max_frames=max_frames)
 
+    def teacher_forced_mel(self, ids: List[int], language_id: int, reference_mel,
+                           recorded_mel) -> np.ndarray:
+        """The postnet mel [T, n_mels] the model gives for token sequence `ids` when it is fed
+        the recording's own frames (recorded_mel [T, n_mels]) as in training, with the speaker
+        of reference_mel [T_ref, n_mels]: what it says with the recording's timing."""
+        r = self.config.model.reduction_factor
+        frames = len(recorded_mel)
+        mel = np.zeros([1, -(-frames // r) * r, recorded_mel.shape[1]], np.float32)
+        mel[0, :frames] = recorded_mel
+        reference = np.asarray(reference_mel, np.float32)[None]
+        out = self.model({"tokens": tf.constant([ids], tf.int32),
+                          "token_lengths": tf.constant([len(ids)], tf.int32),
+                          "language_ids": tf.constant([language_id], tf.int32),
+                          "ref_mel": tf.constant(reference),
+                          "ref_lengths": tf.constant([reference.shape[1]], tf.int32),
+                          "mel": tf.constant(mel), "mel_lengths": tf.constant([frames], tf.int32)},
+                         training=False)
+        return out["mel_after"][0, :frames].numpy()
+
     def max_frames(self, num_tokens: int) -> int:
         return self.front_end.max_frames(num_tokens)
 
