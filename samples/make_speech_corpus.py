@@ -30,6 +30,7 @@ import dataclasses
 import os
 import random
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -226,6 +227,13 @@ def main():
     args = parser.parse_args()
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
+    engines = ["espeak-ng", "flite"] if args.many_voices else [
+        "espeak-ng" if args.engine == "espeak" else "flite"]
+    missing = [tool for tool in ["bible", *engines, "sox"] if shutil.which(tool) is None]
+    if missing:
+        parser.error(f"{', '.join(missing)} not found on PATH: this script reads its texts with "
+                     f"`bible` and speaks them with espeak-ng or flite, then sox; install them "
+                     f"with `apt-get install bible-kjv espeak-ng flite sox` and run it again.")
     with tempfile.TemporaryDirectory() as tmp:
         if args.many_voices:
             try:
