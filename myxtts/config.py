@@ -212,6 +212,12 @@ class TrainingConfig:
                                            "text attention (training/losses.py): every token "
                                            "read in order, the last one at the last step, at "
                                            "no fixed pace; 0 = off.")
+    speaker_contrast_weight: float = _f(0.0, "Weight of the contrastive speaker loss "
+                                             "(training/losses.py): the speaker latents of "
+                                             "each item's own recording must be nearer those "
+                                             "of its reference than those of the batch's "
+                                             "other speakers' references; costs a second "
+                                             "pass of the speaker encoder; 0 = off.")
     checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
                                              "vocab.json and model_info.json go here "
                                              "(--checkpoint-dir).")
@@ -441,6 +447,8 @@ class XTTSConfig:
         need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.alignment_loss_weight >= 0, "training.alignment_loss_weight",
+             "must be >= 0 (0 = off).")
+        need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")

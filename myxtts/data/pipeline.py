@@ -140,6 +140,13 @@ class InputPipeline:
         # Each item's speaker reference is another utterance of its speaker (validation made
         # sure there is one): never the target itself, in either feature mode.
         self.reference_pools = ReferencePools(self.items)
+        # Batches name each item's speaker by its index among the run's speakers (sorted), so a
+        # loss can tell which items of a batch share a voice.
+        speakers = {s: i for i, s in enumerate(
+            sorted({it.speaker for its in self.items.values() for it in its}))}
+        self._speaker_ids = {split: tf.constant(np.fromiter(
+            (speakers[it.speaker] for it in its), np.int32, len(its)))
+            for split, its in self.items.items()}
         # XLA fuses framing, the float64 window/FFT and the mel projection; batches have one
         # static shape per bucket, so it compiles once per bucket.
         self._log_mel = audio_lib.LogMel.for_device(
@@ -323,6 +330,7 @@ class InputPipeline:
         items = self.items[split]
         pools = self.reference_pools
         ref_samples = audio_math.samples_for_frames(self.ref_frames, d.hop_length)
+        speaker_ids = self._speaker_ids[split]
 
         def load(index):
             i = int(index)
@@ -350,6 +358,7 @@ class InputPipeline:
             for key in ("audio_lengths", "ref_audio_lengths", "token_lengths", "language_ids"):
                 element[key].set_shape([])
             element["frames"] = 1 + element["audio_lengths"] // d.hop_length
+            element["speaker"] = tf.gather(speaker_ids, index)
             if training and self._warps is not None:
                 element["voice_warp"] = self._warp_index(epoch, index)
             return element
@@ -411,6 +420,7 @@ class InputPipeline:
         ref_min = max(1, int(d.ref_min_seconds * frames_per_second))
         ref_max = self.ref_frames
         bank = self._reference_bank(split)
+        speaker_ids = self._speaker_ids[split]
 
         def parse(serialized):
             index, mel = cache_lib.parse_record(serialized, d.n_mels)
@@ -441,7 +451,7 @@ class InputPipeline:
             element = {"tokens": toks, "token_lengths": tf.shape(toks)[0],
                        "language_ids": tf.gather(languages, index),
                        "mel": mel, "mel_lengths": tf.shape(mel)[0], "ref_mel": ref,
-                       "ref_lengths": length}
+                       "ref_lengths": length, "speaker": tf.gather(speaker_ids, index)}
             if training and self._warps is not None:
                 element["voice_warp"] = self._warp_index(epoch, index)
             return element
@@ -512,7 +522,7 @@ class InputPipeline:
     # ---- featurization (data device) ------------------------------------------------------------
     def _featurize_batch(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
         out = {"tokens": batch["tokens"], "token_lengths": batch["token_lengths"],
-               "language_ids": batch["language_ids"]}
+               "language_ids": batch["language_ids"], "speaker": batch["speaker"]}
         if "audio" in batch:
             out["mel"], out["mel_lengths"] = self._log_mel.masked(batch["audio"],
                                                                   batch["audio_lengths"])

@@ -12,6 +12,10 @@ Public API (docs/model.md has the diagram and the contracts):
                                                        decoder block, mean over heads
         out["text_attention"] float32 [B, layers*H, T_mel / r, T_text]  every block's text
                                                        cross-attention heads (guided loss)
+        out["speaker_embedding"] float32 [B, d]        mean of the reference's speaker latents
+    model(batch, training=True, contrast_frames=N) also gives
+        out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
+                                                       item's own mel (the contrastive loss)
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
@@ -189,7 +193,7 @@ class XTTSModel(keras.Model):
                                     dtype="int32")
 
     # ---- teacher-forced training pass ------------------------------------------------------
-    def call(self, batch, training=False) -> Dict[str, tf.Tensor]:
+    def call(self, batch, training=False, contrast_frames: int = 0) -> Dict[str, tf.Tensor]:
         r, n = self.reduction_factor, self.n_mels
         # Under a tf.distribute strategy the training step passes each replica its own seed
         # (myxtts/training/mirrored_step.py): a replica cannot advance the seed generator.
@@ -208,10 +212,20 @@ class XTTSModel(keras.Model):
             training=training)
         mel_before = tf.reshape(frames, [b, t, n])
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
-        return {"mel_before": mel_before, "mel_after": mel_after,
-                "stop_logits": tf.reshape(stop, [b, t]),
-                "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:], axis=1),
-                "text_attention": text_attention}
+        outputs = {"mel_before": mel_before, "mel_after": mel_after,
+                   "stop_logits": tf.reshape(stop, [b, t]),
+                   "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
+                                                axis=1),
+                   "text_attention": text_attention,
+                   "speaker_embedding": tf.reduce_mean(latents, axis=1)}
+        if contrast_frames:
+            # the voice of the item's own recording, heard by the same speaker encoder
+            own = self.speaker_encoder(mel[:, :contrast_frames],
+                                       tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
+                                                  contrast_frames),
+                                       seed=fold_seed(seed, 3), training=training)
+            outputs["target_speaker_embedding"] = tf.reduce_mean(own, axis=1)
+        return outputs
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]."""

@@ -10,12 +10,17 @@
         "guided_attention_weight"  its weight at `step` (linear decay to 0)
         "alignment"                forward-sum alignment loss over the same heads, per decoder
                                    step (0 when training.alignment_loss_weight is 0: not computed)
+        "speaker_contrast"         contrastive speaker loss (InfoNCE) between the speaker
+                                   embeddings of the items' own recordings and of their
+                                   references (0 when training.speaker_contrast_weight is 0:
+                                   not computed)
         "objective"                mel_loss_weight * mel + postnet_loss_weight * postnet
                                    + stop_loss_weight * stop: what validation ranks checkpoints
                                    and early-stops on (it does not depend on the step)
         "total"                    objective + guided_attention_weight * guided_attention
-                                   + alignment_loss_weight * alignment: the loss that is
-                                   differentiated
+                                   + alignment_loss_weight * alignment
+                                   + speaker_contrast_weight * speaker_contrast: the loss that
+                                   is differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
 Under a tf.distribute strategy each replica sees a slice of the global batch, and a mean of
@@ -86,7 +91,7 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
     from the batch alone (a strategy sums them over the replicas BEFORE the forward pass):
     "mel" (valid frames x mel bands, also the postnet's), "stop" (every frame of every item),
     "attention" (valid decoder steps x `attention_heads`, the text_attention heads of all
-    decoder blocks)."""
+    decoder blocks), "items" (the batch's items)."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
     shape = tf.shape(batch["mel"])
     valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, shape[1]), tf.float32))
@@ -95,7 +100,8 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
         (shape[1] + reduction_factor - 1) // reduction_factor), tf.float32))
     return {"mel": valid * tf.cast(shape[2], tf.float32),
             "stop": tf.cast(shape[0] * shape[1], tf.float32),
-            "attention": steps * float(attention_heads)}
+            "attention": steps * float(attention_heads),
+            "items": tf.cast(shape[0], tf.float32)}
 
 
 def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
@@ -169,6 +175,33 @@ def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
     return weight * tf.maximum(0.0, 1.0 - progress)
 
 
+# Temperature of the contrastive speaker loss: cosine similarities are divided by it (the
+# scale GE2E's learned w starts from is 10, i.e. 0.1).
+SPEAKER_CONTRAST_TEMPERATURE = 0.1
+
+
+def speaker_contrast_loss(own: tf.Tensor, reference: tf.Tensor, speakers: tf.Tensor,
+                          count=None) -> tf.Tensor:
+    """InfoNCE between speaker embeddings [B, d] of each item's own recording (`own`) and of its
+    reference (`reference`, another recording of the same speaker): item i's own embedding must
+    be nearer (cosine) its reference than the references of the batch's other speakers, and its
+    reference nearer its own embedding than the other speakers' own ones (both directions,
+    averaged). Items of the same speaker (`speakers` [B], int) are not each other's negatives;
+    a batch of one speaker gives 0. Mean over items, or the sum divided by `count`."""
+    own = tf.math.l2_normalize(tf.cast(own, tf.float32), axis=-1)
+    reference = tf.math.l2_normalize(tf.cast(reference, tf.float32), axis=-1)
+    logits = tf.matmul(own, reference, transpose_b=True) / SPEAKER_CONTRAST_TEMPERATURE
+    same = tf.equal(speakers[:, None], speakers[None, :])
+    other_self = same & ~tf.cast(tf.eye(tf.shape(own)[0]), tf.bool)
+    logits = tf.where(other_self, tf.constant(-1e9, tf.float32), logits)
+    positive = tf.linalg.diag_part(logits)
+    per_item = 0.5 * (tf.reduce_logsumexp(logits, axis=1) - positive
+                      + tf.reduce_logsumexp(logits, axis=0) - positive)
+    if count is not None:
+        return tf.reduce_sum(per_item) / tf.maximum(count, 1.0)
+    return tf.reduce_mean(per_item)
+
+
 def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                    training_config: TrainingConfig, step,
                    reduction_factor: int,
@@ -196,10 +229,15 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                                      reduction_factor, counts.get("attention"))
                       if c.alignment_loss_weight > 0 else tf.constant(0.0)),
     }
+    losses["speaker_contrast"] = (
+        speaker_contrast_loss(outputs["target_speaker_embedding"], outputs["speaker_embedding"],
+                              batch["speaker"], counts.get("items"))
+        if c.speaker_contrast_weight > 0 else tf.constant(0.0))
     losses["objective"] = (c.mel_loss_weight * losses["mel"]
                            + c.postnet_loss_weight * losses["postnet"]
                            + c.stop_loss_weight * losses["stop"])
     losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"]
-                       + c.alignment_loss_weight * losses["alignment"])
+                       + c.alignment_loss_weight * losses["alignment"]
+                       + c.speaker_contrast_weight * losses["speaker_contrast"])
     return losses
