@@ -217,14 +217,15 @@ class XTTSModel(keras.Model):
                    "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
                                                 axis=1),
                    "text_attention": text_attention,
-                   "speaker_embedding": tf.reduce_mean(latents, axis=1)}
+                   "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32)}
         if contrast_frames:
             # the voice of the item's own recording, heard by the same speaker encoder
             own = self.speaker_encoder(mel[:, :contrast_frames],
                                        tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
                                                   contrast_frames),
                                        seed=fold_seed(seed, 3), training=training)
-            outputs["target_speaker_embedding"] = tf.reduce_mean(own, axis=1)
+            outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
+                                                          tf.float32)
         return outputs
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
