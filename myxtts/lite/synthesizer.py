@@ -21,6 +21,7 @@ of references and the Griffin-Lim of exports without a neural vocoder are numpy
 from __future__ import annotations
 
 import os
+import threading
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -57,6 +58,9 @@ class LiteDecoder:
     correct, only slower."""
 
     def __init__(self, parts: Dict, manifest: dict):
+        # One resident state in one loop: streams decoding in their own threads (each stream's
+        # decode runs ahead of its vocoder) take turns, a whole call of `steps` at a time.
+        self._lock = threading.Lock()
         self._start = parts["decode_start"]
         self._loop = resident_loop(parts["decode_steps"], manifest)
         self._resident: Optional[LiteDecode] = None
@@ -73,10 +77,12 @@ class LiteDecoder:
     def start(self, ids: Sequence[int], language_id: int, latents: np.ndarray) -> LiteDecode:
         tokens = np.zeros([1, self.text_positions], np.int32)
         tokens[0, : len(ids)] = ids
-        return LiteDecode(self._start(
-            tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
-            language_ids=np.array([language_id], np.int32),
-            speaker_latents=np.asarray(latents, np.float32).reshape(1, *np.shape(latents)[-2:])))
+        with self._lock:
+            return LiteDecode(self._start(
+                tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
+                language_ids=np.array([language_id], np.int32),
+                speaker_latents=np.asarray(latents, np.float32).reshape(
+                    1, *np.shape(latents)[-2:])))
 
     def _make_resident(self, decode: LiteDecode) -> None:
         if self._resident is decode:
@@ -90,14 +96,16 @@ class LiteDecoder:
         """At least `steps` more decoder steps (whole calls of K), fewer once it has ended."""
         if decode.done:
             return decode
-        self._make_resident(decode)
-        loop = self._loop
-        for _ in range(-(-steps // self.steps_per_call)):
-            loop.run(decode.step, self.steps_per_call)
-            decode.step = int(loop.value("step"))
-            if loop.value("done")[0]:
-                break
-        decode.read({name: loop.value(name) for name in ("step", "done", "lengths", "by_stop")})
+        with self._lock:
+            self._make_resident(decode)
+            loop = self._loop
+            for _ in range(-(-steps // self.steps_per_call)):
+                loop.run(decode.step, self.steps_per_call)
+                decode.step = int(loop.value("step"))
+                if loop.value("done")[0]:
+                    break
+            decode.read({name: loop.value(name)
+                         for name in ("step", "done", "lengths", "by_stop")})
         return decode
 
     def progress(self, decode: LiteDecode) -> Tuple[bool, int, bool]:
@@ -105,15 +113,17 @@ class LiteDecoder:
         return decode.done, frames, decode.by_stop
 
     def frames(self, decode: LiteDecode, first: int, last: int) -> np.ndarray:
-        buffer = decode.arrays["frames"] if decode.arrays is not None else \
-            self._loop.value("frames")
-        return buffer[:, 0].reshape(-1, self.n_mels)[first:last]
+        with self._lock:
+            buffer = decode.arrays["frames"] if decode.arrays is not None else \
+                self._loop.value("frames")
+            return buffer[:, 0].reshape(-1, self.n_mels)[first:last].copy()
 
     def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
         del first_frame  # the postnet does not depend on where a window starts
-        return run_padded(lambda mel, length: self._postnet(
-            mel_before=mel, lengths=np.array([length], np.int32))["mel"],
-            mel_before, self.window, 0.0)
+        with self._lock:
+            return run_padded(lambda mel, length: self._postnet(
+                mel_before=mel, lengths=np.array([length], np.int32))["mel"],
+                mel_before, self.window, 0.0)
 
 
 def run_padded(function, frames: np.ndarray, window: int, pad_value: float,
