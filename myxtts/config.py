@@ -141,6 +141,13 @@ class ModelConfig:
                                                 "attention also carries the voice (as "
                                                 "multi-speaker Tacotron adds its speaker "
                                                 "embedding to the encoder outputs).")
+    reference_spectrum: bool = _m(False, "Decode relative to the reference's spectrum: the "
+                                         "mean log-mel of the reference's speech frames is "
+                                         "taken from every frame the decoder reads and added "
+                                         "to every frame it writes, so the output's long-term "
+                                         "spectrum follows the reference, also for voices far "
+                                         "from the training ones. It travels as one more "
+                                         "latent row (needs d_model >= n_mels).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
     prenet_dim: int = _m(256, "Width of the decoder prenet.")
     prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")
@@ -168,6 +175,12 @@ class ModelConfig:
                                          "monotonic reading); 0 = unconstrained.")
     gradient_checkpointing: bool = _f(False, "Recompute transformer blocks in the backward "
                                              "pass (tf.recompute_grad) to save memory.")
+
+    @property
+    def speaker_latent_rows(self) -> int:
+        """Rows of the speaker latents the model takes: the perceiver's latents, plus the
+        reference spectrum's row with reference_spectrum."""
+        return self.num_speaker_latents + int(self.reference_spectrum)
 
 
 @dataclasses.dataclass
@@ -425,6 +438,9 @@ class XTTSConfig:
                     "decoder_layers", "num_speaker_latents", "reduction_factor", "prenet_dim",
                     "max_text_positions", "max_decoder_steps"):
             need(getattr(m, key) > 0, f"model.{key}", "must be positive.")
+        need(not m.reference_spectrum or m.d_model >= d.n_mels, "model.reference_spectrum",
+             f"needs model.d_model ({m.d_model}) >= data.n_mels ({d.n_mels}): the reference's "
+             f"spectrum travels as a latent row of d_model values.")
         need(m.d_model % m.num_heads == 0, "model.d_model",
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",

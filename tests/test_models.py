@@ -149,6 +149,77 @@ class SpeakerTextConditioningTest(unittest.TestCase):
         self.assertIsNone(tiny_model().decoder.speaker_projection)
 
 
+class ReferenceSpectrumTest(unittest.TestCase):
+    """model.reference_spectrum: the decoder reads and writes frames relative to the mean
+    spectrum of the reference's speech frames, which travels as one more latent row."""
+
+    @classmethod
+    def setUpClass(cls):
+        tf.random.set_seed(0)
+        cls.config = tiny_config(reference_spectrum=True, decode_attention_window=0, d_model=48)
+        cls.model = tiny_model(cls.config)
+        cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
+
+    def test_the_spectrum_is_the_mean_of_the_speech_frames_only(self):
+        from myxtts.models.encoders import reference_spectrum
+        rng = np.random.default_rng(0)
+        speech = rng.normal(-1.0, 0.3, (2, 6, self.n)).astype(np.float32)
+        pause = np.full((2, 3, self.n), -5.0, np.float32)   # 40 dB under the speech
+        padding = rng.normal(3.0, 1.0, (2, 4, self.n)).astype(np.float32)  # louder, not valid
+        mel = np.concatenate([speech[:, :4], pause, speech[:, 4:], padding], axis=1)
+        got = reference_spectrum(tf.constant(mel), tf.constant([7, 9])).numpy()
+        np.testing.assert_allclose(got[0], speech[0, :4].mean(0), atol=1e-5)
+        np.testing.assert_allclose(got[1], speech[1].mean(0), atol=1e-5)
+        np.testing.assert_array_equal(reference_spectrum(tf.constant(mel), tf.constant([0, 0])),
+                                      np.zeros((2, self.n), np.float32))
+
+    def test_the_spectrum_travels_as_the_last_latent_row(self):
+        from myxtts.models.encoders import reference_spectrum
+        b = random_batch(self.config)
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"]).numpy()
+        m = self.config.model
+        self.assertEqual(m.speaker_latent_rows, m.num_speaker_latents + 1)
+        self.assertEqual(latents.shape, (2, m.speaker_latent_rows, m.d_model))
+        np.testing.assert_allclose(latents[:, -1, :self.n],
+                                   reference_spectrum(b["ref_mel"], b["ref_lengths"]), atol=1e-6)
+        self.assertEqual(float(np.abs(latents[:, -1, self.n:]).max(initial=0.0)), 0.0)
+        self.assertEqual(tiny_config().model.speaker_latent_rows,
+                         tiny_config().model.num_speaker_latents)
+
+    def _decode(self, latents, steps=8):
+        b = random_batch(self.config, token_lengths=(7, 5))
+        state = self.model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"],
+                                        latents, steps)
+        return self.model.decode_steps(state, steps, 0.99999)
+
+    def test_a_louder_spectrum_shifts_every_decoded_frame_by_as_much(self):
+        b = random_batch(self.config)
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"]).numpy()
+        shift = np.linspace(-0.5, 0.7, self.n).astype(np.float32)
+        moved = latents.copy()
+        moved[:, -1, :self.n] += shift
+        base, shifted = self._decode(tf.constant(latents)), self._decode(tf.constant(moved))
+        np.testing.assert_array_equal(base.lengths.numpy(), shifted.lengths.numpy())
+        difference = (shifted.frames - base.frames).numpy().reshape(8, 2, self.r, self.n)
+        np.testing.assert_allclose(difference, np.broadcast_to(shift, difference.shape),
+                                   atol=1e-4)
+
+    def test_teacher_forcing_on_the_decoded_frames_gives_them_back(self):
+        """Training and decoding agree on the convention: the teacher-forced pass fed the
+        decoded frames (absolute log mels) predicts those frames."""
+        b = random_batch(self.config, token_lengths=(7, 5))
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        state = self._decode(latents)
+        decoded = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), [2, 8 * self.r, self.n])
+        forced = self.model(dict(b, mel=decoded, mel_lengths=tf.constant([8 * self.r] * 2)),
+                            training=False)["mel_before"]
+        self.assertLessEqual(_max_diff(forced, decoded), 1e-4)
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+
+
 class FrameDropoutTest(unittest.TestCase):
     """model.frame_dropout: in training, whole decoder step inputs become the zero go-frame."""
 

@@ -117,7 +117,7 @@ class EdgeGraphs:
         self.vocoder_context = vocoder.receptive_field if vocoder else GRIFFIN_LIM_CONTEXT
         self.window = window_frames(m.reduction_factor, self.model.postnet.receptive_field,
                                     self.vocoder_context, d.hop_length)
-        self.latent_shape = [1, m.num_speaker_latents, m.d_model]
+        self.latent_shape = [1, m.speaker_latent_rows, m.d_model]
 
     def functions(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
         n, t = self.n_mels, self.text_positions

@@ -78,7 +78,7 @@ class ServingModule(tf.Module):
             "language": tf.TensorSpec([None], tf.string, "language"),
             "reference_mel": tf.TensorSpec([None, None, n], tf.float32, "reference_mel"),
             "reference_lengths": tf.TensorSpec([None], tf.int32, "reference_lengths"),
-            "speaker_latents": tf.TensorSpec([None, m.num_speaker_latents, m.d_model],
+            "speaker_latents": tf.TensorSpec([None, m.speaker_latent_rows, m.d_model],
                                              tf.float32, "speaker_latents"),
             "tokens": tf.TensorSpec([None, None], tf.int32, "tokens"),
             "token_lengths": tf.TensorSpec([None], tf.int32, "token_lengths"),
@@ -102,7 +102,7 @@ class ServingModule(tf.Module):
             state = self.model.start_decode(
                 tf.ones([batch, tokens], tf.int32), tf.fill([batch], tokens),
                 tf.zeros([batch], tf.int32),
-                tf.zeros([batch, m.num_speaker_latents, m.d_model]), self.max_decoder_steps)
+                tf.zeros([batch, m.speaker_latent_rows, m.d_model]), self.max_decoder_steps)
             shapes.append(state.to_tensors())
         return {name: tf.TensorSpec([a if a == b else None for a, b in
                                      zip(value.shape, shapes[1][name].shape)],

@@ -226,7 +226,7 @@ class ExportedModel:
                      (os.path.basename(name or path),), self.checkpoint)
 
     def latents_of(self, voice: Voice) -> np.ndarray:
-        """[num_speaker_latents, d_model] of `voice`; VoiceMismatchError for another model's."""
+        """[speaker_latent_rows, d_model] of `voice`; VoiceMismatchError for another model's."""
         return voice.latents_for(self.require_fingerprint(), self.checkpoint)
 
     # ---- streaming -------------------------------------------------------------------------

@@ -100,7 +100,7 @@ class Synthesizer:
         return self.log_mel(samples[: self.reference_samples][None])[0].numpy()
 
     def speaker_latents(self, reference_audio: Union[str, Sequence[str]]) -> tf.Tensor:
-        """float32 [1, num_speaker_latents, d_model] for the speaker of a recording (a path), or
+        """float32 [1, speaker_latent_rows, d_model] for the speaker of a recording (a path), or
         the mean of each recording's latents for several (a sequence of paths)."""
         paths = _paths(reference_audio)
         latents = [self.speaker_latents_from_mel(self.reference_mel(p)) for p in paths]
@@ -123,7 +123,7 @@ class Synthesizer:
                      tuple(os.path.basename(p) for p in paths), self.loaded.checkpoint_path)
 
     def latents_of(self, voice: Voice) -> tf.Tensor:
-        """float32 [1, num_speaker_latents, d_model] of `voice`; voices.VoiceMismatchError when
+        """float32 [1, speaker_latent_rows, d_model] of `voice`; voices.VoiceMismatchError when
         another model made it."""
         return tf.constant(voice.latents_for(self.fingerprint, self.loaded.checkpoint_path)[None])
 

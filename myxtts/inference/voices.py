@@ -6,7 +6,7 @@
     latents = synth.latents_of(voice)            # refuses a voice made with another model
 
 A voice file is an uncompressed .npz of plain arrays, read with allow_pickle=False: `format`
-("myxtts-voice"), `format_version`, `latents` float32 [num_speaker_latents, d_model],
+("myxtts-voice"), `format_version`, `latents` float32 [speaker_latent_rows, d_model],
 `fingerprint` (hex SHA-256), `references` (the recordings' file names, without folders) and
 `checkpoint` (the checkpoint that made it, for messages). Strings are numpy unicode arrays.
 
@@ -53,7 +53,7 @@ _FEATURISATION = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", 
                   "mel_floor", "trim_silence", "trim_top_db", "normalize_loudness",
                   "target_rms_db", "ref_max_seconds")
 _CONDITIONING = ("d_model", "num_heads", "ff_multiplier", "conditioning_layers",
-                 "perceiver_layers", "num_speaker_latents")
+                 "perceiver_layers", "num_speaker_latents", "reference_spectrum")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz (a zip archive) begins
 _KEYS = ("format", "format_version", "latents", "fingerprint", "references", "checkpoint")
 
@@ -84,14 +84,14 @@ def conditioning_fingerprint(model, config) -> str:
 class Voice:
     """A speaker's latents and the model that made them (Synthesizer.voice, Voice.load)."""
 
-    latents: np.ndarray  # float32 [num_speaker_latents, d_model]: mean over the references
+    latents: np.ndarray  # float32 [speaker_latent_rows, d_model]: mean over the references
     fingerprint: str  # conditioning_fingerprint of the model that made it
     references: Tuple[str, ...]  # file names (no folders) of the recordings it was made from
     checkpoint: str  # the checkpoint that made it (for messages)
     file: Optional[str] = None  # where it was loaded from (None: made in this process)
 
     def latents_for(self, fingerprint: str, checkpoint: str) -> np.ndarray:
-        """The latents [num_speaker_latents, d_model] for the model with conditioning
+        """The latents [speaker_latent_rows, d_model] for the model with conditioning
         `fingerprint` (loaded from `checkpoint`, named in the message); VoiceMismatchError when
         the voice was made with another model."""
         if fingerprint != self.fingerprint:

@@ -81,12 +81,32 @@ class TextEncoder(keras.layers.Layer):
         return x
 
 
+# Speech frames of a reference, for its spectrum: frames whose mean log10 mel magnitude is within
+# this much (30 dB) of the reference's loudest frame; pauses and silence do not count.
+SPEECH_FRAME_RANGE = 1.5
+
+
+def reference_spectrum(ref_mel, ref_lengths) -> tf.Tensor:
+    """The mean log10 mel [B, n_mels] (float32) of each reference's speech frames (within
+    SPEECH_FRAME_RANGE of its loudest valid frame; valid: before ref_lengths). A reference
+    without valid frames gives zeros."""
+    mel = tf.cast(ref_mel, tf.float32)
+    valid = length_mask(ref_lengths, tf.shape(mel)[1])
+    level = tf.reduce_mean(mel, axis=-1)
+    loudest = tf.reduce_max(tf.where(valid, level, level.dtype.min), axis=1, keepdims=True)
+    speech = tf.cast(valid & (level >= loudest - SPEECH_FRAME_RANGE), tf.float32)[..., None]
+    return tf.math.divide_no_nan(tf.reduce_sum(mel * speech, axis=1),
+                                 tf.reduce_sum(speech, axis=1))
+
+
 class SpeakerEncoder(keras.layers.Layer):
     """Reference mel → conditioning transformer → perceiver resampler → [B, L, d] latents.
 
     The perceiver resampler is a stack of cross-attention blocks whose queries are
     `num_speaker_latents` learned vectors, so any reference length gives L fixed latents
-    (XTTS v2 uses 32). Padded reference frames are masked out of every attention.
+    (XTTS v2 uses 32). Padded reference frames are masked out of every attention. With
+    model.reference_spectrum one row follows them: the reference's `reference_spectrum` in its
+    first n_mels values, zeros after (XTTSModel.split_latents takes it apart).
     """
 
     def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
@@ -95,6 +115,7 @@ class SpeakerEncoder(keras.layers.Layer):
         self.d_model = config.d_model
         self.num_latents = config.num_speaker_latents
         self.dropout = config.dropout
+        self.with_spectrum = config.reference_spectrum
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.conditioning = _stack(config, config.conditioning_layers, 0, "conditioning")
         self.resampler = _stack(config, config.perceiver_layers, 1, "perceiver_resampler")
@@ -119,4 +140,8 @@ class SpeakerEncoder(keras.layers.Layer):
         queries = tf.tile(queries, [tf.shape(ref_mel)[0], 1, 1])
         latents, _ = self.resampler(queries, None, memories=[x], memory_masks=[keys],
                                     seed=fold_seed(seed, 2), training=training)
-        return latents
+        if not self.with_spectrum:
+            return latents
+        row = tf.pad(reference_spectrum(ref_mel, ref_lengths),
+                     [[0, 0], [0, self.d_model - self.n_mels]])
+        return tf.concat([latents, tf.cast(row, latents.dtype)[:, None]], axis=1)

@@ -13,10 +13,14 @@ Public API (docs/model.md has the diagram and the contracts):
         out["text_attention"] float32 [B, layers*H, T_mel / r, T_text]  every block's text
                                                        cross-attention heads (guided loss)
         out["speaker_embedding"] float32 [B, d]        mean of the reference's speaker latents
+                                                       (the perceiver's, without the spectrum row)
     model(batch, training=True, contrast_frames=N) also gives
         out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
                                                        item's own mel (the contrastive loss)
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
+        L = config.speaker_latent_rows: the perceiver's latents, and with model.reference_spectrum
+        the reference's spectrum as one more row (`split_latents`); the decoder then reads and
+        writes frames relative to that spectrum
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
         out["mel_lengths"] int32   [B]
@@ -83,6 +87,9 @@ class DecodeState(NamedTuple):
     by_stop: tf.Tensor  # bool [B]: the stop head ended it (not the length cap)
     peaks: tf.Tensor  # int32 [B]: furthest text position attended (the attention window)
     previous: tf.Tensor  # float32 [B, r * n_mels]: the last step's frames, the next input
+    #   (relative to `offset`)
+    offset: tf.Tensor  # float32 [B, r * n_mels]: the reference spectrum added to every step's
+    #   frames (model.reference_spectrum; zeros without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
@@ -202,15 +209,16 @@ class XTTSModel(keras.Model):
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
                                  seed=fold_seed(seed, 0), training=training)
-        latents = self.speaker_encoder(batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32),
-                                       seed=fold_seed(seed, 1), training=training)
+        latents, spectrum = self.split_latents(self.speaker_encoder(
+            batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32), seed=fold_seed(seed, 1),
+            training=training))
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
         frames, stop, text_attention = self.decoder(
-            previous_step_inputs(mel, r), latents, text,
+            previous_step_inputs(_shift(mel, spectrum, -1.0), r), latents, text,
             key_padding_mask(token_lengths, tf.shape(tokens)[1]), seed=fold_seed(seed, 2),
             training=training)
-        mel_before = tf.reshape(frames, [b, t, n])
+        mel_before = _shift(tf.reshape(frames, [b, t, n]), spectrum, 1.0)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
                    "stop_logits": tf.reshape(stop, [b, t]),
@@ -224,15 +232,24 @@ class XTTSModel(keras.Model):
                                        tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
                                                   contrast_frames),
                                        seed=fold_seed(seed, 3), training=training)
+            own, _ = self.split_latents(own)
             outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
                                                           tf.float32)
         return outputs
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
-        """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]."""
+        """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]
+        (L = config.speaker_latent_rows)."""
         latents = self.speaker_encoder(ref_mel, tf.cast(ref_lengths, tf.int32),
                                        seed=self._dropout_seed(training), training=training)
         return tf.cast(latents, tf.float32)
+
+    def split_latents(self, latents):
+        """Speaker latents [B, speaker_latent_rows, d] → (the perceiver's [B, L, d], the
+        reference spectrum float32 [B, n_mels] or None without model.reference_spectrum)."""
+        if not self.config.reference_spectrum:
+            return latents, None
+        return latents[:, :-1], tf.cast(latents[:, -1, :self.n_mels], tf.float32)
 
     # ---- inference ------------------------------------------------------------------------
     def generate(self, tokens, token_lengths, language_ids, latents, max_steps=None, *,
@@ -281,7 +298,8 @@ class XTTSModel(keras.Model):
         tokens = tf.convert_to_tensor(tokens, tf.int32)
         token_lengths = tf.cast(token_lengths, tf.int32)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
-        latents = tf.cast(latents, self.compute_dtype)
+        latents, spectrum = self.split_latents(tf.cast(latents, self.compute_dtype))
+        offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
         blocks = self.decoder.transformer.blocks
@@ -296,7 +314,7 @@ class XTTSModel(keras.Model):
             alignments=slot_buffer(max_steps, [b, t_text], tf.float32),
             done=tf.zeros([b], tf.bool), lengths=tf.zeros([b], tf.int32),
             by_stop=tf.zeros([b], tf.bool), peaks=tf.zeros([b], tf.int32),
-            previous=tf.zeros([b, r * n]),
+            previous=tf.zeros([b, r * n]), offset=offset,
             caches=tuple((slot_buffer(max_steps, cache_shape, self.compute_dtype),
                           slot_buffer(max_steps, cache_shape, self.compute_dtype), forward)
                          for _ in blocks),
@@ -336,7 +354,7 @@ class XTTSModel(keras.Model):
                 caches.append((ck, cv, fw))
             frames, stop = self.decoder.step_heads(apply_norm(x, final_norm), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
-            s = self._record(s, frames, stop, align, stop_logit, r)
+            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
         if isinstance(steps, int) and in_static_context() and not in_xla_context():
@@ -404,7 +422,7 @@ class XTTSModel(keras.Model):
         text = self.text_encoder(tf.convert_to_tensor(tokens, tf.int32),
                                  tf.cast(token_lengths, tf.int32),
                                  tf.cast(language_ids, tf.int32))
-        latents = tf.cast(latents, self.compute_dtype)
+        latents, _ = self.split_latents(tf.cast(latents, self.compute_dtype))
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
 
         def cond(s, inputs, windows):
@@ -418,7 +436,7 @@ class XTTSModel(keras.Model):
             frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
-            s = self._record(s, frames, stop, align, stop_logit, r)
+            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return s, tf.concat([inputs, frames[:, None]], axis=1), windows
 
         # The full-recompute inputs and windows grow by one step per iteration.
@@ -442,3 +460,11 @@ class XTTSModel(keras.Model):
         mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))
         return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
                           [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
+
+
+def _shift(mel, spectrum, sign: float):
+    """mel [B, T, n] + sign * spectrum [B, n] on every frame (mel itself when spectrum is
+    None)."""
+    if spectrum is None:
+        return mel
+    return mel + sign * tf.cast(spectrum, mel.dtype)[:, None]
