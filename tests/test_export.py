@@ -151,6 +151,34 @@ class PhonemeModelSignaturesTest(unittest.TestCase):
         self.assertEqual(out["mel"].shape[2], config.data.n_mels)
 
 
+class ReferenceSpectrumSignaturesTest(unittest.TestCase):
+    """A model.reference_spectrum model serves its extra latent row through the signatures."""
+
+    def test_latents_carry_the_spectrum_row_and_the_decode_equals_the_model(self):
+        tf.random.set_seed(0)
+        config = tiny_inference_config("unused").override(
+            {"model.reference_spectrum": True, "model.d_model": 48}, source="test")
+        tokenizer = Tokenizer(list("abc"), "basic")
+        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                          config.data.n_mels)
+        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
+                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
+        signatures = module.signatures()
+        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
+        latents = signatures["speaker_latents"](reference_mel=ref,
+                                                reference_lengths=tf.constant([30]))
+        latents = latents["speaker_latents"]
+        self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 1,
+                                         config.model.d_model))
+        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
+                      language_ids=tf.constant([0]))
+        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
+        own = model.generate(*tokens.values(), latents, max_steps=6)
+        length = int(own["mel_lengths"][0])
+        self.assertEqual(int(served["mel_lengths"][0]), length)
+        np.testing.assert_allclose(served["mel"][0, :length], own["mel"][0, :length], atol=1e-4)
+
+
 def _run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
 
