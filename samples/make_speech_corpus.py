@@ -21,8 +21,12 @@ espeak-ng voices (the pattern repeats for larger sets). The training voices are 
 sox pitch/tempo-shifted copies of them (flite first) until there are --voices. --minutes of
 speech from --books go to the training voices, each utterance to the voice with the least so
 far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --held-out-books
-per voice go to <out>_unseen1, <out>_unseen2, ... Every folder gets voices.tsv: each speaker,
-how it was made, its set and what it got. The same command writes the same corpus.
+per voice go to <out>_unseen1, <out>_unseen2, ... --outside-set also writes <out>_outside: six
+voices from outside the inventory (festival's two diphone voices, another synthesiser, and
+four espeak-ng variants the inventory leaves out), for judging a recipe that was tuned on the
+held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`. Every
+folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
+writes the same corpus.
 """
 
 import argparse
@@ -48,6 +52,10 @@ LOW_VARIANTS = ["Andy", "boris", "david", "ed", "edward", "Gene2", "Henrique", "
 ACCENTS = ["en", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-x-rp",
            "en-us", "en-us-nyc"]
 HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
+# --outside-set: (engine, voice, variant, high) of voices no held-out set or training voice uses.
+OUTSIDE_VOICES = [("festival", "kal_diphone", "", False), ("festival", "ked_diphone", "", False),
+                  ("espeak", "en-gb-x-rp", "linda", True), ("espeak", "en-us", "f4", True),
+                  ("espeak", "en-029", "norbert", False), ("espeak", "en-gb-scotland", "m3", False)]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 
@@ -148,6 +156,9 @@ def speak(engine: str, voice: str, text: str, path: str, tmp: str, effects=()) -
     raw = os.path.join(tmp, "raw.wav")
     if engine == "espeak":
         subprocess.run(["espeak-ng", "-v", voice, "-s", "160", "-w", raw, text], check=True)
+    elif engine == "festival":
+        subprocess.run(["text2wave", "-eval", f"(voice_{voice})", "-o", raw], input=text,
+                       text=True, check=True)
     else:
         subprocess.run(["flite", "-voice", voice, "-t", text, "-o", raw], check=True)
     # 16 kHz mono 16-bit, leading/trailing silence trimmed, peak-normalised to -3 dBFS; -R seeds
@@ -190,6 +201,10 @@ def many_voices(args, tmp: str) -> None:
              dict(minutes=args.minutes))]
     sets += [(f"{args.out}_unseen{k}", f"unseen{k}", voices, held_lines,
               dict(per_voice=args.held_out_utterances)) for k, voices in enumerate(held, 1)]
+    if args.outside_set:
+        sets.append((f"{args.out}_outside", "outside",
+                     [Voice(*spec) for spec in OUTSIDE_VOICES], held_lines,
+                     dict(per_voice=args.held_out_utterances)))
     table = []
     for out, label, voices, lines, budget in sets:
         got = write_corpus(out, voices, lines, args.prefix, tmp, **budget)
@@ -224,16 +239,21 @@ def main():
     many.add_argument("--held-out-books", default="Esth,Dan",
                       help="the held-out sets' texts; none of --books")
     many.add_argument("--seed", type=int, default=0, help="seeds which voices are held out or shifted")
+    many.add_argument("--outside-set", action="store_true",
+                      help="also <out>_outside: voices from outside the inventory (above)")
     args = parser.parse_args()
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
     engines = ["espeak-ng", "flite"] if args.many_voices else [
         "espeak-ng" if args.engine == "espeak" else "flite"]
+    engines += ["text2wave"] if args.many_voices and args.outside_set else []
     missing = [tool for tool in ["bible", *engines, "sox"] if shutil.which(tool) is None]
     if missing:
         parser.error(f"{', '.join(missing)} not found on PATH: this script reads its texts with "
-                     f"`bible` and speaks them with espeak-ng or flite, then sox; install them "
-                     f"with `apt-get install bible-kjv espeak-ng flite sox` and run it again.")
+                     f"`bible` and speaks them with espeak-ng or flite (festival's text2wave "
+                     f"for --outside-set), then sox; install them with `apt-get install "
+                     f"bible-kjv espeak-ng flite sox` (and `festival festvox-kallpc16k "
+                     f"festvox-kdlpc16k`) and run it again.")
     with tempfile.TemporaryDirectory() as tmp:
         if args.many_voices:
             try:
