@@ -136,6 +136,85 @@ def test_interleaved_streams_of_one_synthesizer_equal_each_alone(exported, name)
         np.testing.assert_array_equal(np.concatenate(mixed), np.concatenate(own))
 
 
+class _WatchedLoop:
+    """The decoder's resident loop, counting the threads inside it. A thread running a call
+    waits (up to a second) for another one to come in, so a decoder that let two threads into
+    the loop at once would be caught every time, not only under load."""
+
+    def __init__(self, loop):
+        import threading  # pylint: disable=import-outside-toplevel
+        self._loop, self._guard = loop, threading.Lock()
+        self._second = threading.Event()
+        self.inside = self.most = 0
+
+    def _enter(self):
+        with self._guard:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            if self.inside > 1:
+                self._second.set()
+
+    def _leave(self):
+        with self._guard:
+            self.inside -= 1
+
+    def run(self, *args):
+        self._enter()
+        try:
+            self._second.wait(1.0)
+            return self._loop.run(*args)
+        finally:
+            self._leave()
+
+    def __getattr__(self, name):  # load, state, value: counted as well
+        method = getattr(self._loop, name)
+
+        def counted(*args):
+            self._enter()
+            try:
+                return method(*args)
+            finally:
+                self._leave()
+        return counted
+
+
+def test_two_threads_stepping_two_decodes_take_turns_in_the_runtime(exported):
+    """Streams decode ahead in their own threads (streaming.ahead): two decodes of one
+    synthesizer, stepped from two threads at once, never share the resident loop and each
+    gives the frames it gives alone."""
+    # pylint: disable=import-outside-toplevel
+    import threading
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    lite = LiteSynthesizer(exported["folders"]["tflite-vocos"])
+    latents = lite.latents_of(Voice.load(exported["voice"]))
+    decoder = lite.decoder
+    inputs = [(lite.sentences(text, "en")[0][0], lite.sentences(text, "en")[1])
+              for text in TEXTS[1:]]
+
+    def decode(ids, language_id):
+        state = decoder.start(ids, language_id, latents)
+        while not state.done:
+            state = decoder.steps(state, decoder.steps_per_call)
+        return decoder.frames(state, 0, state.length)
+
+    alone = [decode(*item) for item in inputs]
+    watched = decoder._loop = _WatchedLoop(decoder._loop)  # pylint: disable=protected-access
+    together = [None, None]
+
+    def worker(index):
+        together[index] = decode(*inputs[index])
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert watched.most == 1
+    for own, mixed in zip(alone, together):
+        np.testing.assert_array_equal(mixed, own)
+
+
 def test_parts_hold_builtin_ops_only_and_quantized_weights_are_smaller(exported):
     from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
     sizes = {}
