@@ -4,6 +4,7 @@ the device feeder, and placement on the test run's two logical CPUs (data CPU:0 
 import os
 import shutil
 import tempfile
+import threading
 import time
 import unittest
 
@@ -216,6 +217,26 @@ class FeederTest(unittest.TestCase):
                 time.sleep(0.01)
             self.assertTrue(feeder.exhausted)
             self.assertEqual([int(b["x"]) for b in feeder], [0, 1, 2])
+
+    def test_a_counted_input_is_never_asked_for_its_end(self):
+        """With count=N the producer stops after N batches: an input whose end never comes
+        (here: one that would block, as tf.data inputs did for ~30 s at epoch ends) ends the
+        epoch all the same, and the consumer gets every batch."""
+        release = threading.Event()
+        self.addCleanup(release.set)
+
+        def elements():
+            yield from ({"x": x} for x in range(3))
+            release.wait(60)  # the end of this input takes a minute
+
+        ds = tf.data.Dataset.from_generator(
+            elements, output_signature={"x": tf.TensorSpec([], tf.int64)})
+        started = time.monotonic()
+        feeder = DeviceFeeder(ds, lambda b: b, "/CPU:0", "/CPU:0", count=3)
+        self.assertEqual([int(b["x"]) for b in feeder], [0, 1, 2])
+        self.assertTrue(feeder.exhausted)
+        feeder.close()
+        self.assertLess(time.monotonic() - started, 30)
 
     def test_consumer_wait_time_is_counted(self):
         def slow(batch):

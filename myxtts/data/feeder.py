@@ -50,7 +50,7 @@ class DeviceFeeder:
                  featurize: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]],
                  data_device: str, model_device, capacity: int = 2,
                  name: str = "batches", stall_seconds: Optional[float] = None,
-                 stall_message: str = ""):
+                 stall_message: str = "", count: Optional[int] = None):
         if capacity < 1:
             raise ValueError("DeviceFeeder capacity must be >= 1")
         self.data_device, self.model_device = data_device, model_device
@@ -59,6 +59,8 @@ class DeviceFeeder:
         self.stall_seconds, self._stall_message = stall_seconds, stall_message
         self.wait_seconds = 0.0
         self.batches = 0
+        # the dataset's exact number of batches when known (None: until the input ends)
+        self.count = count
         self._dataset, self._featurize = dataset, featurize
         self._queue: "queue.Queue" = queue.Queue(maxsize=capacity)
         self._stop = threading.Event()
@@ -80,22 +82,32 @@ class DeviceFeeder:
 
     def _produce(self) -> None:
         try:
-            for element in self._dataset:
-                if self._stop.is_set():
-                    return
-                with tf.device(self.data_device):
-                    features = self._featurize(element)
-                if isinstance(self.model_device, str):
-                    with tf.device(self.model_device):
-                        on_model = {k: tf.identity(v) for k, v in features.items()}
-                else:
-                    on_model = self.model_device.distribute_batch(features)
-                if not self._put(on_model):
-                    return
-            self._exhausted.set()
-            self._put(_END)
+            self._produce_from(iter(self._dataset))
         except BaseException as e:  # pylint: disable=broad-except  # re-raised in the consumer
             self._put(_Failure(e))
+
+    def _produce_from(self, iterator) -> None:
+        """Puts every batch, then _END. After `count` batches it does not ask the input for
+        another, and the input is released only after _END is queued: asking a shuffled,
+        interleaved, bucketed tf.data input for its end, or releasing it with work in flight,
+        took ~30 s at some training epoch ends, which the model device spent waiting
+        (docs/results.md, "Epoch ends")."""
+        for produced, element in enumerate(iterator, start=1):
+            if self._stop.is_set():
+                return
+            with tf.device(self.data_device):
+                features = self._featurize(element)
+            if isinstance(self.model_device, str):
+                with tf.device(self.model_device):
+                    on_model = {k: tf.identity(v) for k, v in features.items()}
+            else:
+                on_model = self.model_device.distribute_batch(features)
+            if not self._put(on_model):
+                return
+            if produced == self.count:
+                break
+        self._exhausted.set()
+        self._put(_END)
 
     # ---- consumer ------------------------------------------------------------------------------
     @property
@@ -147,7 +159,9 @@ class DeviceFeeder:
         return item
 
     def close(self, timeout: Optional[float] = 10.0) -> None:
-        """Stops the producer and drops queued batches; safe to call twice."""
+        """Stops the producer and drops queued batches; safe to call twice. A producer that
+        gave every batch may still be releasing its input (seconds, _produce_from): it is not
+        waited for."""
         self._stop.set()
         self._finished = True
         while True:
@@ -155,7 +169,8 @@ class DeviceFeeder:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        self._thread.join(timeout)
+        if not self._exhausted.is_set():
+            self._thread.join(timeout)
 
     def __enter__(self) -> "DeviceFeeder":
         return self

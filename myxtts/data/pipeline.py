@@ -198,16 +198,18 @@ class InputPipeline:
                 f"for it indefinitely). Training stops here without a new checkpoint; run the "
                 f"same command again, with the workers running, to resume from the last "
                 f"checkpoint (the epoch is read again from its start)."))
+        # a tf.data service epoch has no exact count (docs/data.md, "tf.data service")
+        count = None if self.data_service else self.train_steps_per_epoch - skip_batches
         return DeviceFeeder(self.train_dataset(epoch, skip_batches=skip_batches),
                             self.featurize, self.data_device, model_device, capacity,
-                            name=f"train-epoch{epoch}", **stall)
+                            name=f"train-epoch{epoch}", count=count, **stall)
 
     def val_batches(self, model_device: str, *, capacity: int = 2) -> Optional[DeviceFeeder]:
         dataset = self.val_dataset()
         if dataset is None:
             return None
         return DeviceFeeder(dataset, self.featurize, self.data_device, model_device, capacity,
-                            name="val")
+                            name="val", count=self.val_steps)
 
     # ---- batching ------------------------------------------------------------------------------
     def _count_batches(self, items) -> int:
