@@ -23,6 +23,8 @@ SHARED_WORK = {
 }
 
 
+# Before xdist's own hook, which reads the group marks into the test ids.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     for item in items:
         module = os.path.splitext(os.path.basename(str(item.fspath)))[0]
