@@ -24,7 +24,10 @@ far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --
 per voice go to <out>_unseen1, <out>_unseen2, ... --outside-set also writes <out>_outside: six
 voices from outside the inventory (festival's two diphone voices, another synthesiser, and
 four espeak-ng variants the inventory leaves out), for judging a recipe that was tuned on the
-held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`. Every
+held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`.
+--second-outside-set also writes <out>_outside2: six more espeak-ng variants that no other set
+uses, with the held-out texts after the outside set's, for judging a recipe again once the
+outside set has been looked at while choosing it. Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
 """
@@ -56,6 +59,12 @@ HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
 OUTSIDE_VOICES = [("festival", "kal_diphone", "", False), ("festival", "ked_diphone", "", False),
                   ("espeak", "en-gb-x-rp", "linda", True), ("espeak", "en-us", "f4", True),
                   ("espeak", "en-029", "norbert", False), ("espeak", "en-gb-scotland", "m3", False)]
+# --second-outside-set: six more espeak-ng variants nothing else uses, in other accents, for
+# judging a recipe once more after the outside set was looked at while choosing it.
+OUTSIDE2_VOICES = [("espeak", "en-us", "Annie", True), ("espeak", "en-gb-x-gbclan", "f1", True),
+                   ("espeak", "en-gb-x-gbcwmd", "f3", True), ("espeak", "en-gb-x-rp", "m1", False),
+                   ("espeak", "en-us-nyc", "john", False),
+                   ("espeak", "en-gb-scotland", "caleb", False)]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 
@@ -205,6 +214,10 @@ def many_voices(args, tmp: str) -> None:
         sets.append((f"{args.out}_outside", "outside",
                      [Voice(*spec) for spec in OUTSIDE_VOICES], held_lines,
                      dict(per_voice=args.held_out_utterances)))
+    if args.second_outside_set:
+        sets.append((f"{args.out}_outside2", "outside2",
+                     [Voice(*spec) for spec in OUTSIDE2_VOICES], held_lines,
+                     dict(per_voice=args.held_out_utterances)))
     table = []
     for out, label, voices, lines, budget in sets:
         got = write_corpus(out, voices, lines, args.prefix, tmp, **budget)
@@ -241,6 +254,9 @@ def main():
     many.add_argument("--seed", type=int, default=0, help="seeds which voices are held out or shifted")
     many.add_argument("--outside-set", action="store_true",
                       help="also <out>_outside: voices from outside the inventory (above)")
+    many.add_argument("--second-outside-set", action="store_true",
+                      help="also <out>_outside2 (texts after the other sets'): six more espeak-ng "
+                           "variants nothing else uses (above)")
     args = parser.parse_args()
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
