@@ -26,7 +26,7 @@ voices from outside the inventory (festival's two diphone voices, another synthe
 four espeak-ng variants the inventory leaves out), for judging a recipe that was tuned on the
 held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`.
 --second-outside-set also writes <out>_outside2: six more espeak-ng variants that no other set
-uses, with the held-out texts after the outside set's, for judging a recipe again once the
+uses, with the held-out texts after the other sets', for judging a recipe again once the
 outside set has been looked at while choosing it. Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
