@@ -258,6 +258,9 @@ def main():
                       help="also <out>_outside2 (texts after the other sets'): six more espeak-ng "
                            "variants nothing else uses (above)")
     args = parser.parse_args()
+    if (args.outside_set or args.second_outside_set) and not args.many_voices:
+        parser.error("--outside-set and --second-outside-set are sets of the many-voice mode: "
+                     "add --many-voices (and --out for the training corpus they go beside).")
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
     engines = ["espeak-ng", "flite"] if args.many_voices else [
