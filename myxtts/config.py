@@ -231,6 +231,12 @@ class TrainingConfig:
                                              "of its reference than those of the batch's "
                                              "other speakers' references; costs a second "
                                              "pass of the speaker encoder; 0 = off.")
+    moment_loss_weight: float = _f(0.0, "Weight of the spectral-moment loss on the postnet "
+                                        "output (training/losses.py): per utterance and mel "
+                                        "band, its spread over time and its ripple across "
+                                        "neighbouring bands must match the recording's, "
+                                        "against the over-smoothed (monotone, for low voices "
+                                        "unvoiced) output an L1 loss alone gives; 0 = off.")
     checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
                                              "vocab.json and model_info.json go here "
                                              "(--checkpoint-dir).")
@@ -466,6 +472,7 @@ class XTTSConfig:
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
+        need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
         need(t.free_running_sentences >= (2 if t.select_by == "text_match" else 1),

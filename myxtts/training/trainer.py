@@ -50,7 +50,7 @@ logger = logging.getLogger("myxtts.training")
 
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
-              "guided_attention_weight", "alignment", "speaker_contrast")
+              "guided_attention_weight", "alignment", "speaker_contrast", "moments")
 
 
 def _distinct_rows(batch: Batch) -> int:
