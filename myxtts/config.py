@@ -24,6 +24,7 @@ from myxtts.errors import MyXTTSError
 
 # The top-level parts of XTTSModel (myxtts.models.xtts), as training.freeze names them.
 MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
+TEXT_ALIGNMENTS = ("attention", "durations")
 # What training.select_by may name: what ranks checkpoints for best/ and early stopping.
 SELECT_BY = ("objective", "text_match")
 
@@ -148,6 +149,13 @@ class ModelConfig:
                                          "spectrum follows the reference, also for voices far "
                                          "from the training ones. It travels as one more "
                                          "latent row (needs d_model >= n_mels).")
+    text_alignment: str = _m("attention", "How the decoder finds the tokens it reads: "
+                                           "attention (its learnt text attention, read forward "
+                                           "only) or durations (a hard alignment: an aligner "
+                                           "trained with the model gives each token its frames, "
+                                           "a duration predictor learns them, and each decoder "
+                                           "step may only attend to its aligned tokens and one "
+                                           "on each side; docs/model.md).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
     prenet_dim: int = _m(256, "Width of the decoder prenet.")
     prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")
@@ -225,6 +233,12 @@ class TrainingConfig:
                                            "text attention (training/losses.py): every token "
                                            "read in order, the last one at the last step, at "
                                            "no fixed pace; 0 = off.")
+    duration_loss_weight: float = _f(1.0, "With model.text_alignment durations: weight of the "
+                                          "duration predictor's squared error on log(1 + "
+                                          "frames) against the aligner's durations.")
+    aligner_loss_weight: float = _f(1.0, "With model.text_alignment durations: weight of the "
+                                         "aligner's forward-sum loss (the likelihood of every "
+                                         "monotonic path of frames through the tokens).")
     speaker_contrast_weight: float = _f(0.0, "Weight of the contrastive speaker loss "
                                              "(training/losses.py): the speaker latents of "
                                              "each item's own recording must be nearer those "
@@ -455,6 +469,8 @@ class XTTSConfig:
         need(0 <= m.self_feeding <= 1, "model.self_feeding", "must be in [0, 1].")
         need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
+        need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
+             f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
         need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",
@@ -472,6 +488,8 @@ class XTTSConfig:
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
+        need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
+             "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")
         need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")

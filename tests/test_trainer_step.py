@@ -314,6 +314,28 @@ class MomentLossTest(TrainerTestCase):
         self.assertLess(moments(trainers[2.0]), 0.5 * moments(trainers[0.0]))
 
 
+class DurationsTest(TrainerTestCase):
+    def test_the_aligner_and_the_duration_predictor_learn(self):
+        # Reading by durations: the aligner's forward-sum loss and the duration predictor's
+        # error on the aligner's durations both fall in the compiled step.
+        b = batch(size=4)
+        trainer = make_trainer(os.path.join(self.workdir, "durations"),
+                               {"text_alignment": "durations"}, xla=False,
+                               guided_attention_weight=0.0)
+
+        def losses():
+            out = trainer._losses(b, trainer.step.step, False)
+            return float(out["aligner"]), float(out["durations"])
+
+        aligner, durations = losses()
+        for _ in range(15):
+            trainer.step(b)
+        after = losses()
+        self.assertLess(after[0], aligner)
+        self.assertLess(after[1], 0.5 * durations)
+        self.assertGreater(float(trainer.step.loss_metrics["durations"].result()), 0.0)
+
+
 class ScheduleAndPrecisionTest(unittest.TestCase):
     def test_schedules(self):
         # Warmup then cosine to the floor; Noam peaks at warmup; both serialize.

@@ -62,10 +62,13 @@ def restored_global_state():
             global_state.set_global_attribute(name, value)
 
 
-def make_trainer(directory, **training):
+def make_trainer(directory, model_fields=None, **training):
     """An XTTSTrainer of configs/tiny.yaml on the model device, checkpointing into
-    `directory`, without dropout or warmup; `training` overrides config.training fields."""
+    `directory`, without dropout or warmup; `model_fields` overrides config.model fields and
+    `training` config.training fields."""
     config = XTTSConfig.from_yaml(TINY)
+    for key, value in (model_fields or {}).items():
+        setattr(config.model, key, value)
     # No dropout: micro-batches and one big batch must see the same function.
     config.model.dropout = 0.0
     config.model.prenet_dropout = 0.0

@@ -130,7 +130,9 @@ class MelDecoder(keras.layers.Layer):
         self.transformer = TransformerStack(
             config.decoder_layers, config.d_model, config.num_heads,
             config.ff_multiplier * config.d_model, config.dropout, num_memories=2,
-            gradient_checkpointing=config.gradient_checkpointing, forward_memory=TEXT,
+            gradient_checkpointing=config.gradient_checkpointing,
+            # Forward attention reads the text in order; with durations the reading mask does.
+            forward_memory=TEXT if config.text_alignment == "attention" else -1,
             name="transformer")
         # Heads in float32: their outputs feed the losses directly (Keras mixed-precision advice).
         self.mel_projection = keras.layers.Dense(self.r * n_mels, dtype="float32",

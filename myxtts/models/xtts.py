@@ -14,6 +14,10 @@ Public API (docs/model.md has the diagram and the contracts):
                                                        cross-attention heads (guided loss)
         out["speaker_embedding"] float32 [B, d]        mean of the reference's speaker latents
                                                        (the perceiver's, without the spectrum row)
+    with model.text_alignment durations also (models/durations.py)
+        out["aligner_log_probs"] float32 [B, T_mel, T_text]  the aligner's log P(token | frame)
+        out["durations"]   float32 [B, T_text]         frames per token on its monotonic path
+        out["log_durations"] float32 [B, T_text]       the duration predictor's log(1 + frames)
     model(batch, training=True, contrast_frames=N) also gives
         out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
                                                        item's own mel (the contrastive loss)
@@ -58,6 +62,9 @@ import tensorflow as tf
 
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
+from myxtts.models.durations import (DurationPredictor, TextMelAligner, monotonic_alignment,
+                                     predicted_token_ends, step_reading_mask, token_durations,
+                                     tokens_at)
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
@@ -93,6 +100,8 @@ class DecodeState(NamedTuple):
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
+    token_ends: tf.Tensor  # int32 [B, T]: model.text_alignment durations: the frame each token
+    #   ends at, from the duration predictor (zeros with attention)
     limit: tf.Tensor  # int32 [B]: the item's length cap in steps
 
     def to_tensors(self) -> Dict[str, tf.Tensor]:
@@ -181,6 +190,12 @@ class XTTSModel(keras.Model):
         self.speaker_encoder = SpeakerEncoder(config, n_mels, name="speaker_encoder")
         self.decoder = MelDecoder(config, n_mels, name="decoder")
         self.postnet = Postnet(config, n_mels, name="postnet")
+        self.by_durations = config.text_alignment == "durations"
+        self.aligner = (TextMelAligner(vocab_size, n_mels, config.d_model, name="aligner")
+                        if self.by_durations else None)
+        self.duration_predictor = (DurationPredictor(config.d_model, config.dropout,
+                                                     name="duration_predictor")
+                                   if self.by_durations else None)
         self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
         self._generate_cache = _FunctionCache()
         self._build_weights()
@@ -214,10 +229,14 @@ class XTTSModel(keras.Model):
             training=training))
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
+        text_mask = key_padding_mask(token_lengths, tf.shape(tokens)[1])
+        reading = {}
+        if self.by_durations:
+            reading = self._durations(batch, text, latents, seed, training)
+            text_mask = reading.pop("text_mask")
         frames, stop, text_attention = self.decoder(
-            previous_step_inputs(_shift(mel, spectrum, -1.0), r), latents, text,
-            key_padding_mask(token_lengths, tf.shape(tokens)[1]), seed=fold_seed(seed, 2),
-            training=training)
+            previous_step_inputs(_shift(mel, spectrum, -1.0), r), latents, text, text_mask,
+            seed=fold_seed(seed, 2), training=training)
         mel_before = _shift(tf.reshape(frames, [b, t, n]), spectrum, 1.0)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
@@ -225,7 +244,8 @@ class XTTSModel(keras.Model):
                    "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
                                                 axis=1),
                    "text_attention": text_attention,
-                   "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32)}
+                   "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32),
+                   **reading}
         if contrast_frames:
             # the voice of the item's own recording, heard by the same speaker encoder
             own = self.speaker_encoder(mel[:, :contrast_frames],
@@ -236,6 +256,26 @@ class XTTSModel(keras.Model):
             outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
                                                           tf.float32)
         return outputs
+
+    def _durations(self, batch, text, latents, seed, training) -> Dict[str, tf.Tensor]:
+        """model.text_alignment durations, teacher forced: the aligner's log P(token | frame)
+        on the recorded mel, its monotonic path, the tokens' frame counts, the duration
+        predictor's log(1 + frames) (on the text with its voice; no gradient into the text
+        encoder from it) and the decoder's reading mask [B, 1, S, T_text] from the path."""
+        r = self.reduction_factor
+        tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
+        mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
+        t_text = tf.shape(tokens)[1]
+        log_probs = self.aligner(tokens, token_lengths, batch["mel"], mel_lengths)
+        path = monotonic_alignment(log_probs, token_lengths, mel_lengths)
+        voiced_text = tf.stop_gradient(self.decoder.condition_text(text, latents))
+        return {"aligner_log_probs": log_probs,
+                "durations": token_durations(path, t_text, mel_lengths),
+                "log_durations": self.duration_predictor(voiced_text, token_lengths,
+                                                         seed=fold_seed(seed, 4),
+                                                         training=training),
+                "text_mask": step_reading_mask(path[:, ::r], path[:, r - 1::r], token_lengths,
+                                               t_text)}
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]
@@ -302,6 +342,9 @@ class XTTSModel(keras.Model):
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
+        token_ends = (predicted_token_ends(self.duration_predictor(text, token_lengths),
+                                           token_lengths)
+                      if self.by_durations else tf.zeros([b, t_text], tf.int32))
         blocks = self.decoder.transformer.blocks
         heads = blocks[0].self_attention
         cache_shape = [b, heads.num_heads, heads.head_dim]
@@ -321,7 +364,7 @@ class XTTSModel(keras.Model):
             memory=tuple((block.cross_attentions[LATENTS].key_value_heads(latents),
                           block.cross_attentions[TEXT].key_value_heads(text))
                          for block in blocks),
-            text_mask=key_padding_mask(token_lengths, t_text),
+            text_mask=key_padding_mask(token_lengths, t_text), token_ends=token_ends,
             limit=tf.clip_by_value(limit, 1, max_steps))
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
@@ -347,7 +390,7 @@ class XTTSModel(keras.Model):
             x = self.decoder.embed_step(s.previous,
                                         [tf.gather(m, s.step) for m in keep_masks],
                                         tf.gather(encodings, s.step), decoder_weights)
-            masks = [None, self._step_text_mask(s.text_mask, s.peaks)]
+            masks = [None, self._step_text_mask(s)]
             caches = []
             for block, (ck, cv, fw), kv, w in zip(blocks, s.caches, s.memory, step_weights):
                 x, ck, cv, weights, fw = block.step(x, ck, cv, s.step, kv, masks, w, fw)
@@ -383,11 +426,23 @@ class XTTSModel(keras.Model):
                 "alignments": tf.transpose(state.alignments, [1, 0, 2]),
                 "stopped": state.by_stop}
 
-    def _step_text_mask(self, text_mask, peaks):
+    def _step_text_mask(self, state: "DecodeState") -> tf.Tensor:
+        """The tokens step `state.step` may attend to, [B, 1, 1, T]: with durations, the tokens
+        its frames fall on by the predicted durations and one on each side; with attention,
+        the decode window around the attention's furthest peak (decode_attention_window)."""
+        text_mask = state.text_mask
+        if self.by_durations:
+            r = self.reduction_factor
+            token_lengths = tf.reduce_sum(tf.cast(text_mask[:, 0, 0], tf.int32), axis=-1)
+            first = state.step * r + tf.zeros_like(token_lengths)
+            on = tokens_at(state.token_ends, tf.stack([first, first + r - 1], axis=1),
+                           token_lengths)
+            return step_reading_mask(on[:, :1], on[:, 1:], token_lengths,
+                                     tf.shape(text_mask)[-1])
         ahead = self.config.decode_attention_window
         if ahead <= 0:
             return text_mask
-        return text_mask & window_mask(peaks, 1, ahead, tf.shape(text_mask)[-1])
+        return text_mask & window_mask(state.peaks, 1, ahead, tf.shape(text_mask)[-1])
 
     @staticmethod
     def _record(state: "DecodeState", frames, stop, align, stop_logit: float,
@@ -431,8 +486,7 @@ class XTTSModel(keras.Model):
         def body(s, inputs, windows):
             # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
             # sees the window it was decoded with.
-            windows = tf.concat([windows, self._step_text_mask(s.text_mask, s.peaks)[:, :, 0]],
-                                axis=1)
+            windows = tf.concat([windows, self._step_text_mask(s)[:, :, 0]], axis=1)
             frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]

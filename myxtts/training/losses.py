@@ -14,6 +14,11 @@
                                    embeddings of the items' own recordings and of their
                                    references (0 when training.speaker_contrast_weight is 0:
                                    not computed)
+        "durations"                model.text_alignment durations: the duration predictor's
+                                   squared error on log(1 + frames) against the aligner's
+                                   path, per valid token (0 with attention)
+        "aligner"                  model.text_alignment durations: the aligner's forward-sum
+                                   loss, per valid frame (0 with attention)
         "moments"                  spectral-moment loss of the postnet output: per item and
                                    mel band, its spread over time and its ripple across
                                    neighbouring bands against the recording's (0 when
@@ -24,7 +29,9 @@
         "total"                    objective + guided_attention_weight * guided_attention
                                    + alignment_loss_weight * alignment
                                    + speaker_contrast_weight * speaker_contrast
-                                   + moment_loss_weight * moments: the loss that is
+                                   + moment_loss_weight * moments
+                                   + duration_loss_weight * durations
+                                   + aligner_loss_weight * aligner: the loss that is
                                    differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
@@ -96,7 +103,8 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
     from the batch alone (a strategy sums them over the replicas BEFORE the forward pass):
     "mel" (valid frames x mel bands, also the postnet's), "stop" (every frame of every item),
     "attention" (valid decoder steps x `attention_heads`, the text_attention heads of all
-    decoder blocks), "items" (the batch's items)."""
+    decoder blocks), "items" (the batch's items), "frames" (valid mel frames), "tokens"
+    (valid tokens)."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
     shape = tf.shape(batch["mel"])
     valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, shape[1]), tf.float32))
@@ -106,7 +114,8 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
     return {"mel": valid * tf.cast(shape[2], tf.float32),
             "stop": tf.cast(shape[0] * shape[1], tf.float32),
             "attention": steps * float(attention_heads),
-            "items": tf.cast(shape[0], tf.float32)}
+            "items": tf.cast(shape[0], tf.float32), "frames": valid,
+            "tokens": tf.reduce_sum(tf.cast(batch["token_lengths"], tf.float32))}
 
 
 def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
@@ -274,6 +283,16 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
     losses["moments"] = (moment_loss(outputs["mel_after"], target, mel_lengths,
                                      counts.get("items"))
                          if c.moment_loss_weight > 0 else tf.constant(0.0))
+    if "log_durations" in outputs:
+        tokens = tf.cast(tf.sequence_mask(token_lengths, tf.shape(outputs["durations"])[1]),
+                         tf.float32)
+        losses["durations"] = _masked_mean(
+            tf.square(outputs["log_durations"] - tf.math.log1p(outputs["durations"])), tokens,
+            counts.get("tokens"))
+        losses["aligner"] = alignment_loss(tf.exp(outputs["aligner_log_probs"]), token_lengths,
+                                           mel_lengths, 1, counts.get("frames"))
+    else:
+        losses["durations"] = losses["aligner"] = tf.constant(0.0)
     losses["objective"] = (c.mel_loss_weight * losses["mel"]
                            + c.postnet_loss_weight * losses["postnet"]
                            + c.stop_loss_weight * losses["stop"])
@@ -281,5 +300,7 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                        + losses["guided_attention_weight"] * losses["guided_attention"]
                        + c.alignment_loss_weight * losses["alignment"]
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
-                       + c.moment_loss_weight * losses["moments"])
+                       + c.moment_loss_weight * losses["moments"]
+                       + c.duration_loss_weight * losses["durations"]
+                       + c.aligner_loss_weight * losses["aligner"])
     return losses
