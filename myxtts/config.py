@@ -180,7 +180,8 @@ class ModelConfig:
     decode_attention_window: int = _f(3, "Free-running decode: each step's text attention may "
                                          "only look from 1 token behind to this many tokens "
                                          "ahead of the previous step's peak (forced "
-                                         "monotonic reading); 0 = unconstrained.")
+                                         "monotonic reading); 0 = unconstrained. Not used "
+                                         "with text_alignment durations.")
     gradient_checkpointing: bool = _f(False, "Recompute transformer blocks in the backward "
                                              "pass (tf.recompute_grad) to save memory.")
 

@@ -320,7 +320,9 @@ class XTTSModel(keras.Model):
         after ceil(token_lengths[b] * max_frames_per_token / r) steps, or after max_steps steps.
         With model.decode_attention_window = w > 0, every text cross-attention of step s may
         only look at tokens [p - 1, p + w], p being the peak of step s-1's alignment (forced
-        monotonic: p never moves back), so the decode reads the text in order.
+        monotonic: p never moves back), so the decode reads the text in order. With
+        model.text_alignment durations the window is instead the tokens that step's frames fall
+        on by the predicted durations, and one on each side.
         """
         if not use_cache:
             return self._reference_decode(tokens, token_lengths, language_ids, latents,
