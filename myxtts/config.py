@@ -25,6 +25,7 @@ from myxtts.errors import MyXTTSError
 # The top-level parts of XTTSModel (myxtts.models.xtts), as training.freeze names them.
 MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
 TEXT_ALIGNMENTS = ("attention", "durations")
+DECODER_INPUTS = ("previous_frames", "aligned_text")
 # What training.select_by may name: what ranks checkpoints for best/ and early stopping.
 SELECT_BY = ("objective", "text_match")
 
@@ -156,9 +157,19 @@ class ModelConfig:
                                            "a duration predictor learns them, and each decoder "
                                            "step may only attend to its aligned tokens and one "
                                            "on each side; docs/model.md).")
+    decoder_input: str = _m("previous_frames", "What each decoder step reads as its input: "
+                                               "previous_frames (the frames of the step "
+                                               "before, through the prenet: autoregressive) "
+                                               "or aligned_text (needs text_alignment "
+                                               "durations: the voiced text of the tokens its "
+                                               "frames are aligned to and where in each token "
+                                               "they are, so no frame depends on frames "
+                                               "decoded before it; docs/model.md).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
-    prenet_dim: int = _m(256, "Width of the decoder prenet.")
-    prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")
+    prenet_dim: int = _m(256, "Width of the decoder prenet (decoder_input "
+                                  "previous_frames).")
+    prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in "
+                                        "Tacotron; decoder_input previous_frames).")
     postnet_layers: int = _m(5, "Conv layers in the postnet.")
     postnet_channels: int = _m(256, "Channels of the postnet convolutions.")
     postnet_kernel: int = _m(5, "Kernel size of the postnet convolutions.")
@@ -472,6 +483,15 @@ class XTTSConfig:
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
         need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
              f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")
+        need(m.decoder_input in DECODER_INPUTS, "model.decoder_input",
+             f"must be one of {', '.join(DECODER_INPUTS)}.")
+        need(m.decoder_input == "previous_frames" or m.text_alignment == "durations",
+             "model.decoder_input", "aligned_text needs model.text_alignment durations (the "
+             "tokens each step reads come from the durations).")
+        need(m.decoder_input == "previous_frames" or (m.self_feeding == 0
+                                                     and m.frame_dropout == 0),
+             "model.decoder_input", "aligned_text reads no previous frames: set "
+             "model.self_feeding and model.frame_dropout to 0.")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
         need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",

@@ -1,7 +1,12 @@
-"""Autoregressive mel decoder: prenet, causal transformer with cross-attention, heads, postnet.
+"""Mel decoder: step inputs, causal transformer with cross-attention, heads, postnet.
 
-Decoder steps: with reduction factor r, step s predicts frames [s*r, (s+1)*r). Its input is the
-r frames of step s-1 flattened to r*n_mels (a zero "go" group for s = 0).
+Decoder steps: with reduction factor r, step s predicts frames [s*r, (s+1)*r). Its input
+(model.decoder_input) is either
+- previous_frames: the r frames of step s-1 flattened to r*n_mels (a zero "go" group for
+  s = 0), through the prenet: autoregressive; or
+- aligned_text: for each of its r frames, the voiced text of the token the frame is aligned to
+  and the frame's place in that token (models/durations.py `frame_positions`), flattened to
+  r*(d_model + PLACE_FEATURES) (`aligned_inputs`): no frame depends on decoded frames.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from myxtts.models.layers import (TransformerStack, apply_dense, causal_mask, de
 
 # Decoder memories, in the order of the blocks' cross-attention sub-layers.
 LATENTS, TEXT = 0, 1
+PLACE_FEATURES = 2  # per frame with decoder_input aligned_text (durations.frame_positions)
 
 
 def _position_keep_mask(positions: tf.Tensor, width: int, layer: int, rate: float) -> tf.Tensor:
@@ -124,8 +130,11 @@ class MelDecoder(keras.layers.Layer):
         self.dropout = config.dropout
         self.frame_dropout = config.frame_dropout
         self.self_feeding = config.self_feeding
-        self.prenet = Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
-                             name="prenet")
+        self.prenet = (Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
+                              name="prenet")
+                       if config.decoder_input == "previous_frames" else None)
+        self.input_width = (self.r * (config.d_model + PLACE_FEATURES) if self.prenet is None
+                            else config.prenet_dim)
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.transformer = TransformerStack(
             config.decoder_layers, config.d_model, config.num_heads,
@@ -143,8 +152,9 @@ class MelDecoder(keras.layers.Layer):
                                    if config.speaker_text_conditioning else None)
 
     def build(self, input_shape=None):
-        self.prenet.build(None)
-        self.input_projection.build((None, None, self.prenet.units))
+        if self.prenet is not None:
+            self.prenet.build(None)
+        self.input_projection.build((None, None, self.input_width))
         self.transformer.build(None)
         self.mel_projection.build((None, None, self.d_model))
         self.stop_projection.build((None, None, self.d_model))
@@ -164,14 +174,25 @@ class MelDecoder(keras.layers.Layer):
     def position_tables(self, positions):
         """Everything position-dependent for decoder steps `positions` [S]: (prenet keep masks,
         sinusoidal encodings [S, d]). Decoding computes them once and slices per step."""
-        return self.prenet.keep_masks(positions), sinusoidal_encoding(positions, self.d_model)
+        keep_masks = [] if self.prenet is None else self.prenet.keep_masks(positions)
+        return keep_masks, sinusoidal_encoding(positions, self.d_model)
+
+    def aligned_inputs(self, text, tokens, places):
+        """decoder_input aligned_text: the conditioned text [B, T, d], the tokens of K frames
+        [B, K] and their places [B, K, PLACE_FEATURES] (K a multiple of r) → step inputs
+        [B, K/r, r*(d + PLACE_FEATURES)]."""
+        frames = tf.concat([tf.gather(text, tokens, batch_dims=1),
+                            tf.cast(places, text.dtype)], axis=-1)
+        b, k = tf.shape(tokens)[0], tf.shape(tokens)[1]
+        return tf.reshape(frames, [b, k // self.r, self.input_width])
 
     def embed_inputs(self, step_inputs, tables, seed=None, training=False):
-        """step_inputs [B, S, r*n_mels] (previous steps' frames) and `position_tables` of those
-        S steps → [B, S, d]; or one decode step: [B, r*n_mels] and that step's rows → [B, d]."""
+        """step_inputs [B, S, r*n_mels] (previous steps' frames, or `aligned_inputs`) and
+        `position_tables` of those S steps → [B, S, d]."""
         keep_masks, encodings = tables
-        x = self.input_projection(self.prenet(step_inputs, keep_masks, fold_seed(seed, 0),
-                                              training=training))
+        x = step_inputs if self.prenet is None else self.prenet(
+            step_inputs, keep_masks, fold_seed(seed, 0), training=training)
+        x = self.input_projection(x)
         x = x + tf.cast(encodings, x.dtype)[None]
         return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
 
@@ -180,13 +201,15 @@ class MelDecoder(keras.layers.Layer):
         """The weights of `embed_step` and `step_heads`, read once before a decode loop; the
         mel and stop heads as one matrix. The transformer's come from its blocks'
         `step_weights` and `layers.norm_weights(transformer.final_norm)`."""
-        return {"prenet": [dense_weights(layer) for layer in self.prenet.layers_],
+        prenet = [] if self.prenet is None else self.prenet.layers_
+        return {"prenet": [dense_weights(layer) for layer in prenet],
                 "input": dense_weights(self.input_projection),
                 "heads": dense_weights(self.mel_projection, self.stop_projection)}
 
     def embed_step(self, previous, keep_rows, encoding, weights):
-        """`embed_inputs` of one decode step: previous [B, r*n_mels] (the last step's frames),
-        that step's keep-mask rows and encoding → [B, d]."""
+        """`embed_inputs` of one decode step: its input [B, r*n_mels] (the last step's frames)
+        or [B, r*(d + PLACE_FEATURES)] (`aligned_inputs`), that step's keep-mask rows and
+        encoding → [B, d]."""
         x = previous
         for i, layer_weights in enumerate(weights["prenet"]):
             x = tf.nn.relu(apply_dense(x, layer_weights))

@@ -8,6 +8,7 @@ comes from a hard alignment, not from the decoder's learnt text attention.
     predictor = DurationPredictor(d_model, dropout)
     log_durations = predictor(text, token_lengths)                # log(1 + frames) [B, T_text]
     ends = predicted_token_ends(log_durations, token_lengths)     # [B, T_text] int32
+    tokens, places = frame_positions(ends, frames, token_lengths) # [B, K], [B, K, 2]
     mask = step_reading_mask(first, last, token_lengths, T_text)  # [B, 1, S, T_text] bool
 
 In training the aligner (RAD-TTS's unsupervised alignment: "One TTS Alignment To Rule Them
@@ -165,6 +166,19 @@ def tokens_at(token_ends, frames, token_lengths) -> tf.Tensor:
     [B, T_text]: the number of tokens that ended at or before it, at most N_b - 1."""
     passed = tf.reduce_sum(tf.cast(token_ends[:, None, :] <= frames[:, :, None], tf.int32), -1)
     return tf.minimum(passed, tf.cast(token_lengths, tf.int32)[:, None] - 1)
+
+
+def frame_positions(token_ends, frames, token_lengths):
+    """Where frames `frames` [B, K] (int32 frame indices) fall in the text by token_ends
+    [B, T_text]: (their tokens [B, K] int32 as `tokens_at`, float32 [B, K, 2] of how far into
+    its token each frame is, (f - start + 0.5) / frames of the token, at most 2 (past the last
+    token's end it grows beyond 1), and log(1 + frames of the token))."""
+    tokens = tokens_at(token_ends, frames, token_lengths)
+    ends = tf.gather(token_ends, tokens, batch_dims=1)
+    starts = tf.gather(tf.pad(token_ends, [[0, 0], [1, 0]])[:, :-1], tokens, batch_dims=1)
+    span = tf.cast(tf.maximum(ends - starts, 1), tf.float32)
+    into = tf.minimum((tf.cast(frames - starts, tf.float32) + 0.5) / span, 2.0)
+    return tokens, tf.stack([into, tf.math.log1p(span)], axis=-1)
 
 
 def step_reading_mask(first, last, token_lengths, t_text) -> tf.Tensor:

@@ -62,9 +62,9 @@ import tensorflow as tf
 
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
-from myxtts.models.durations import (DurationPredictor, TextMelAligner, monotonic_alignment,
-                                     predicted_token_ends, step_reading_mask, token_durations,
-                                     tokens_at)
+from myxtts.models.durations import (DurationPredictor, TextMelAligner, frame_positions,
+                                     monotonic_alignment, predicted_token_ends,
+                                     step_reading_mask, token_durations, tokens_at)
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
@@ -99,6 +99,8 @@ class DecodeState(NamedTuple):
     #   frames (model.reference_spectrum; zeros without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
+    text: tf.Tensor  # compute dtype [B, T, d]: the encoded text with its voice, which
+    #   model.decoder_input aligned_text draws each step's input from
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
     token_ends: tf.Tensor  # int32 [B, T]: model.text_alignment durations: the frame each token
     #   ends at, from the duration predictor (zeros with attention)
@@ -191,6 +193,7 @@ class XTTSModel(keras.Model):
         self.decoder = MelDecoder(config, n_mels, name="decoder")
         self.postnet = Postnet(config, n_mels, name="postnet")
         self.by_durations = config.text_alignment == "durations"
+        self.by_text = config.decoder_input == "aligned_text"
         self.aligner = (TextMelAligner(vocab_size, n_mels, config.d_model, name="aligner")
                         if self.by_durations else None)
         self.duration_predictor = (DurationPredictor(config.d_model, config.dropout,
@@ -231,12 +234,18 @@ class XTTSModel(keras.Model):
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
         text_mask = key_padding_mask(token_lengths, tf.shape(tokens)[1])
         reading = {}
+        step_inputs = None
         if self.by_durations:
-            reading = self._durations(batch, text, latents, seed, training)
+            voiced = self.decoder.condition_text(text, latents)
+            reading = self._durations(batch, voiced, seed, training)
             text_mask = reading.pop("text_mask")
+            if self.by_text:
+                ends = tf.cast(tf.cumsum(reading["durations"], axis=1), tf.int32)
+                step_inputs = self._aligned_step_inputs(voiced, ends, token_lengths, 0, t)
+        if step_inputs is None:
+            step_inputs = previous_step_inputs(_shift(mel, spectrum, -1.0), r)
         frames, stop, text_attention = self.decoder(
-            previous_step_inputs(_shift(mel, spectrum, -1.0), r), latents, text, text_mask,
-            seed=fold_seed(seed, 2), training=training)
+            step_inputs, latents, text, text_mask, seed=fold_seed(seed, 2), training=training)
         mel_before = _shift(tf.reshape(frames, [b, t, n]), spectrum, 1.0)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
@@ -257,18 +266,19 @@ class XTTSModel(keras.Model):
                                                           tf.float32)
         return outputs
 
-    def _durations(self, batch, text, latents, seed, training) -> Dict[str, tf.Tensor]:
+    def _durations(self, batch, voiced_text, seed, training) -> Dict[str, tf.Tensor]:
         """model.text_alignment durations, teacher forced: the aligner's log P(token | frame)
         on the recorded mel, its monotonic path, the tokens' frame counts, the duration
-        predictor's log(1 + frames) (on the text with its voice; no gradient into the text
-        encoder from it) and the decoder's reading mask [B, 1, S, T_text] from the path."""
+        predictor's log(1 + frames) (on the text with its voice, `voiced_text`; no gradient
+        into the text encoder from it) and the decoder's reading mask [B, 1, S, T_text] from
+        the path."""
         r = self.reduction_factor
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
         t_text = tf.shape(tokens)[1]
         log_probs = self.aligner(tokens, token_lengths, batch["mel"], mel_lengths)
         path = monotonic_alignment(log_probs, token_lengths, mel_lengths)
-        voiced_text = tf.stop_gradient(self.decoder.condition_text(text, latents))
+        voiced_text = tf.stop_gradient(voiced_text)
         return {"aligner_log_probs": log_probs,
                 "durations": token_durations(path, t_text, mel_lengths),
                 "log_durations": self.duration_predictor(voiced_text, token_lengths,
@@ -276,6 +286,15 @@ class XTTSModel(keras.Model):
                                                          training=training),
                 "text_mask": step_reading_mask(path[:, ::r], path[:, r - 1::r], token_lengths,
                                                t_text)}
+
+    def _aligned_step_inputs(self, voiced_text, token_ends, token_lengths, first_frame,
+                             frames):
+        """decoder_input aligned_text: the inputs [B, frames / r, r*(d + 2)] of the steps over
+        frames [first_frame, first_frame + frames), placed by token_ends [B, T_text]."""
+        b = tf.shape(token_ends)[0]
+        positions = tf.tile((first_frame + tf.range(frames))[None], [b, 1])
+        tokens, places = frame_positions(token_ends, positions, token_lengths)
+        return self.decoder.aligned_inputs(voiced_text, tokens, places)
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]
@@ -366,7 +385,7 @@ class XTTSModel(keras.Model):
             memory=tuple((block.cross_attentions[LATENTS].key_value_heads(latents),
                           block.cross_attentions[TEXT].key_value_heads(text))
                          for block in blocks),
-            text_mask=key_padding_mask(token_lengths, t_text), token_ends=token_ends,
+            text=text, text_mask=key_padding_mask(token_lengths, t_text), token_ends=token_ends,
             limit=tf.clip_by_value(limit, 1, max_steps))
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
@@ -389,7 +408,10 @@ class XTTSModel(keras.Model):
             return (s.step < end) & ~tf.reduce_all(s.done)
 
         def body(s):
-            x = self.decoder.embed_step(s.previous,
+            step_input = (self._aligned_step_inputs(s.text, s.token_ends, _token_lengths(s),
+                                                    s.step * r, r)[:, 0]
+                          if self.by_text else s.previous)
+            x = self.decoder.embed_step(step_input,
                                         [tf.gather(m, s.step) for m in keep_masks],
                                         tf.gather(encodings, s.step), decoder_weights)
             masks = [None, self._step_text_mask(s)]
@@ -435,7 +457,7 @@ class XTTSModel(keras.Model):
         text_mask = state.text_mask
         if self.by_durations:
             r = self.reduction_factor
-            token_lengths = tf.reduce_sum(tf.cast(text_mask[:, 0, 0], tf.int32), axis=-1)
+            token_lengths = _token_lengths(state)
             first = state.step * r + tf.zeros_like(token_lengths)
             on = tokens_at(state.token_ends, tf.stack([first, first + r - 1], axis=1),
                            token_lengths)
@@ -481,6 +503,9 @@ class XTTSModel(keras.Model):
                                  tf.cast(language_ids, tf.int32))
         latents, _ = self.split_latents(tf.cast(latents, self.compute_dtype))
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
+        aligned = (self._aligned_step_inputs(state.text, state.token_ends,
+                                             _token_lengths(state), 0, max_steps * r)
+                   if self.by_text else None)
 
         def cond(s, inputs, windows):
             return (s.step < max_steps) & ~tf.reduce_all(s.done)
@@ -489,11 +514,14 @@ class XTTSModel(keras.Model):
             # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
             # sees the window it was decoded with.
             windows = tf.concat([windows, self._step_text_mask(s)[:, :, 0]], axis=1)
-            frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
+            step_inputs = inputs if aligned is None else aligned[:, :s.step + 1]
+            frames, stop, weights = self.decoder(step_inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
             s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
-            return s, tf.concat([inputs, frames[:, None]], axis=1), windows
+            if aligned is None:
+                inputs = tf.concat([inputs, frames[:, None]], axis=1)
+            return s, inputs, windows
 
         # The full-recompute inputs and windows grow by one step per iteration.
         invariants = (_invariants(state), tf.TensorShape([None, None, r * self.n_mels]),
@@ -516,6 +544,11 @@ class XTTSModel(keras.Model):
         mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))
         return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
                           [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
+
+
+def _token_lengths(state: DecodeState) -> tf.Tensor:
+    """int32 [B]: the text tokens of each item of a decode."""
+    return tf.reduce_sum(tf.cast(state.text_mask[:, 0, 0], tf.int32), axis=-1)
 
 
 def _shift(mel, spectrum, sign: float):
