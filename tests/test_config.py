@@ -56,6 +56,15 @@ class ConfigTest(unittest.TestCase):
         with self.assertRaisesRegex(ConfigError, "model.d_model"):
             XTTSConfig.from_yaml(_write("model:\n  d_model: 30\n  num_heads: 4\n"))
 
+    def test_aligned_text_needs_durations_and_no_frame_feeding(self):
+        with self.assertRaisesRegex(ConfigError, "aligned_text needs model.text_alignment"):
+            XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"))
+        with self.assertRaisesRegex(ConfigError, "set model.self_feeding and model.frame_"):
+            XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"
+                                        "  text_alignment: durations\n  self_feeding: 0.5\n"))
+        with self.assertRaisesRegex(ConfigError, "must be one of previous_frames, aligned_"):
+            XTTSConfig.from_yaml(_write("model:\n  decoder_input: text\n"))
+
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):
             XTTSConfig.from_yaml("/nonexistent/x.yaml")

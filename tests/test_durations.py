@@ -1,6 +1,7 @@
 """Reading by durations (model.text_alignment: durations): the monotonic alignment search, the
-duration arithmetic, and a tiny model whose decoder may only read its aligned tokens, teacher
-forced and decoding.
+duration arithmetic, a tiny model whose decoder may only read its aligned tokens, teacher
+forced and decoding, and one whose decoder steps read the aligned text instead of the frames
+before them (model.decoder_input: aligned_text).
 
     python -m pytest tests/test_durations.py -v
 """
@@ -11,8 +12,9 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
-from myxtts.models.durations import (READ_CONTEXT, monotonic_alignment, predicted_token_ends,
-                                     step_reading_mask, token_durations, tokens_at)
+from myxtts.models.durations import (READ_CONTEXT, frame_positions, monotonic_alignment,
+                                     predicted_token_ends, step_reading_mask, token_durations,
+                                     tokens_at)
 from tests.model_helpers import random_batch, tiny_config, tiny_model
 
 
@@ -59,6 +61,15 @@ class DurationArithmeticTest(unittest.TestCase):
         np.testing.assert_array_equal(ends, [[2, 5, 5, 6, 6]])
         on = tokens_at(tf.constant(ends), tf.constant([[0, 1, 2, 4, 5, 6, 9]]), [4]).numpy()
         np.testing.assert_array_equal(on, [[0, 0, 1, 1, 3, 3, 3]])  # token 2 has no frame
+
+    def test_the_place_of_frames_in_their_tokens(self):
+        ends = tf.constant([[2, 5, 5, 6]])  # token 2 has no frame
+        tokens, places = frame_positions(ends, tf.constant([[0, 1, 2, 4, 5, 6, 9]]), [4])
+        np.testing.assert_array_equal(tokens.numpy(), [[0, 0, 1, 1, 3, 3, 3]])
+        np.testing.assert_allclose(places.numpy()[0, :, 0],
+                                   [0.25, 0.75, 1 / 6, 5 / 6, 0.5, 1.5, 2.0])  # past the end: > 1
+        np.testing.assert_allclose(places.numpy()[0, :, 1],
+                                   np.log1p([2, 2, 3, 3, 1, 1, 1]), rtol=1e-6)
 
     def test_a_step_reads_its_tokens_and_one_on_each_side(self):
         mask = step_reading_mask(tf.constant([[0, 2]]), tf.constant([[1, 4]]), [5], 7).numpy()
@@ -121,6 +132,43 @@ class DurationsModelTest(unittest.TestCase):
         state = model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"],
                                    model.speaker_latents(b["ref_mel"], b["ref_lengths"]), 4)
         self.assertEqual(int(tf.reduce_max(tf.abs(state.token_ends))), 0)
+
+
+class AlignedTextModelTest(unittest.TestCase):
+    """model.decoder_input aligned_text: no frame depends on decoded frames, so decoding with
+    the durations of the recording gives exactly the teacher-forced frames."""
+
+    @classmethod
+    def setUpClass(cls):
+        tf.random.set_seed(0)
+        cls.config = tiny_config(text_alignment="durations", decoder_input="aligned_text")
+        cls.r = cls.config.model.reduction_factor
+        cls.model = tiny_model(cls.config)
+        cls.batch = random_batch(cls.config)
+
+    def test_decoding_with_the_recordings_durations_gives_the_teacher_forced_frames(self):
+        b, r = self.batch, self.r
+        out = self.model(b, training=False)
+        steps = b["mel"].shape[1] // r
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        state = self.model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"],
+                                        latents, steps)
+        ends = tf.cast(tf.cumsum(out["durations"], axis=1), tf.int32)
+        state = self.model.decode_steps(state._replace(token_ends=ends), steps, 1 - 1e-6)
+        frames = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), out["mel_before"].shape)
+        for i, length in enumerate(b["mel_lengths"].numpy()):
+            np.testing.assert_allclose(frames[i, :length], out["mel_before"][i, :length],
+                                       atol=1e-4)
+
+    def test_the_cached_decode_equals_full_recompute(self):
+        b = self.batch
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+        cached = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
+        reference = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6,
+                                        use_cache=False)
+        self.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
+        self.assertIsNone(self.model.decoder.prenet)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ in order) gives each token its frames. Decoder step s (frames [s*r, (s+1)*r)) ma
 only to the tokens its frames are aligned to and READ_CONTEXT tokens on each side. The duration
 predictor learns those frame counts from the encoded text, and in decoding the predicted
 durations place the same window: the decoder cannot skip, repeat or stall on a word, whatever
-its frames look like. The stop head still ends the utterance.
+its frames look like. The stop head still ends the utterance. With model.decoder_input
+aligned_text the decoder's step inputs are the aligned tokens' text and the frames' places in
+them (`frame_positions`) instead of the frames before.
 """
 
 from __future__ import annotations
