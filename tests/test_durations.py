@@ -26,6 +26,18 @@ def _paths(frames: int, tokens: int):
             yield np.concatenate([[0], np.cumsum(moves)])
 
 
+def _decode_both_ways(test, model, b):
+    """Decodes batch `b` 8 steps with the KV cache and by full recomputation, asserts they agree
+    and returns (the generate arguments, the cached decode). Threshold 1 - 1e-6: no early stop,
+    so each item decodes past its predicted end."""
+    latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+    args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+    cached = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
+    reference = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6, use_cache=False)
+    test.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
+    return args, cached
+
+
 class AlignmentSearchTest(unittest.TestCase):
     def test_finds_the_most_likely_monotonic_path(self):
         rng = np.random.default_rng(0)
@@ -106,13 +118,7 @@ class DurationsModelTest(unittest.TestCase):
 
     def test_decoding_reads_the_tokens_the_predicted_durations_place(self):
         b = self.batch
-        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
-        # Threshold 1 - 1e-6: no early stop, so each item decodes past its predicted end.
-        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
-        cached = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
-        reference = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6,
-                                        use_cache=False)
-        self.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
+        args, cached = _decode_both_ways(self, self.model, b)
         state = self.model.start_decode(*args, 8)
         ends = state.token_ends.numpy()
         alignments = cached["alignments"].numpy()
@@ -161,13 +167,7 @@ class AlignedTextModelTest(unittest.TestCase):
                                        atol=1e-4)
 
     def test_the_cached_decode_equals_full_recompute(self):
-        b = self.batch
-        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
-        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
-        cached = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
-        reference = self.model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6,
-                                        use_cache=False)
-        self.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
+        _decode_both_ways(self, self.model, self.batch)
         self.assertIsNone(self.model.decoder.prenet)
 
 
