@@ -118,10 +118,12 @@ class DurationsModelTest(unittest.TestCase):
 
     def test_decoding_reads_the_tokens_the_predicted_durations_place(self):
         b = self.batch
-        args, cached = _decode_both_ways(self, self.model, b)
-        state = self.model.start_decode(*args, 8)
+        args, _ = _decode_both_ways(self, self.model, b)
+        # The window and the alignments from one decode: the predicted ends are rounded, and an
+        # eager and a graph computation of them may round a sum near x.5 differently.
+        state = self.model.decode_steps(self.model.start_decode(*args, 8), 8, 1 - 1e-6)
         ends = state.token_ends.numpy()
-        alignments = cached["alignments"].numpy()
+        alignments = self.model.decoded(state)["alignments"].numpy()
         for i, tokens in enumerate(b["token_lengths"].numpy()):
             for s in range(8):
                 on = tokens_at(ends[i:i + 1], tf.constant([[s * self.r, (s + 1) * self.r - 1]]),
