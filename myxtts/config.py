@@ -165,6 +165,11 @@ class ModelConfig:
                                                "frames are aligned to and where in each token "
                                                "they are, so no frame depends on frames "
                                                "decoded before it; docs/model.md).")
+    prosody_features: bool = _m(False, "With decoder_input aligned_text: each token's pitch "
+                                       "and energy, read off the recording's mel over its "
+                                       "aligned frames in training and predicted from the "
+                                       "text in decoding, are added to the text the decoder "
+                                       "steps read (FastPitch; docs/model.md).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
     prenet_dim: int = _m(256, "Width of the decoder prenet (decoder_input "
                                   "previous_frames).")
@@ -251,6 +256,9 @@ class TrainingConfig:
     aligner_loss_weight: float = _f(1.0, "With model.text_alignment durations: weight of the "
                                          "aligner's forward-sum loss (the likelihood of every "
                                          "monotonic path of frames through the tokens).")
+    prosody_loss_weight: float = _f(0.1, "With model.prosody_features: weight of the prosody "
+                                         "predictor's squared error on each token's pitch and "
+                                         "energy.")
     speaker_contrast_weight: float = _f(0.0, "Weight of the contrastive speaker loss "
                                              "(training/losses.py): the speaker latents of "
                                              "each item's own recording must be nearer those "
@@ -492,6 +500,9 @@ class XTTSConfig:
                                                      and m.frame_dropout == 0),
              "model.decoder_input", "aligned_text reads no previous frames: set "
              "model.self_feeding and model.frame_dropout to 0.")
+        need(not m.prosody_features or m.decoder_input == "aligned_text",
+             "model.prosody_features", "needs model.decoder_input aligned_text (the pitch and "
+             "energy go on the text its steps read).")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
         need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",
@@ -509,6 +520,7 @@ class XTTSConfig:
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
+        need(t.prosody_loss_weight >= 0, "training.prosody_loss_weight", "must be >= 0.")
         need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
              "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")
         need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")

@@ -20,9 +20,11 @@ def tiny_config(**model_overrides) -> XTTSConfig:
 
 
 def tiny_model(config=None, **model_overrides):
+    from myxtts.data.audio import mel_pitch_combs
     from myxtts.models.xtts import XTTSModel
     config = config or tiny_config(**model_overrides)
-    return XTTSModel(config.model, VOCAB, LANGUAGES, config.data.n_mels)
+    return XTTSModel(config.model, VOCAB, LANGUAGES, config.data.n_mels,
+                     pitch_combs=mel_pitch_combs(config.data))
 
 
 def random_batch(config, token_lengths=(7, 4), mel_lengths=(20, 13), ref_lengths=(12, 7),

@@ -5,7 +5,7 @@ comes from a hard alignment, not from the decoder's learnt text attention.
     log_probs = aligner(tokens, token_lengths, mel, mel_lengths)  # [B, T_mel, T_text]
     frame_tokens = monotonic_alignment(log_probs, token_lengths, mel_lengths)   # [B, T_mel]
     durations = token_durations(frame_tokens, token_lengths, mel_lengths)      # [B, T_text]
-    predictor = DurationPredictor(d_model, dropout)
+    predictor = TokenPredictor(d_model, dropout)
     log_durations = predictor(text, token_lengths)                # log(1 + frames) [B, T_text]
     ends = predicted_token_ends(log_durations, token_lengths)     # [B, T_text] int32
     tokens, places = frame_positions(ends, frames, token_lengths) # [B, K], [B, K, 2]
@@ -193,20 +193,21 @@ def step_reading_mask(first, last, token_lengths, t_text) -> tf.Tensor:
     return window[:, None]
 
 
-class DurationPredictor(keras.layers.Layer):
-    """Encoded text [B, T_text, d] → log(1 + frames) of every token [B, T_text] (float32): two
-    convolutions over neighbouring tokens (ReLU, layer norm, dropout) and a projection, as
-    FastSpeech's."""
+class TokenPredictor(keras.layers.Layer):
+    """Encoded text [B, T_text, d] → `outputs` values of every token (float32; [B, T_text] for
+    one output, the log(1 + frames) of the duration predictor, else [B, T_text, outputs], as
+    the prosody predictor's pitch and energy): two convolutions over neighbouring tokens (ReLU,
+    layer norm, dropout) and a projection, as FastSpeech's duration predictor."""
 
-    def __init__(self, d_model: int, dropout: float, **kwargs):
+    def __init__(self, d_model: int, dropout: float, outputs: int = 1, **kwargs):
         super().__init__(**kwargs)
-        self.d_model, self.dropout = d_model, dropout
+        self.d_model, self.dropout, self.outputs = d_model, dropout, outputs
         self.convs = indexed(self, "conv", [
             keras.layers.Conv1D(d_model, 3, padding="same", activation="relu", name=f"conv_{i}")
             for i in range(2)])
         self.norms = indexed(self, "norm", [
             keras.layers.LayerNormalization(epsilon=1e-5, name=f"norm_{i}") for i in range(2)])
-        self.projection = keras.layers.Dense(1, dtype="float32", name="projection")
+        self.projection = keras.layers.Dense(outputs, dtype="float32", name="projection")
 
     def build(self, input_shape=None):
         for conv, norm in zip(self.convs, self.norms):
@@ -221,4 +222,5 @@ class DurationPredictor(keras.layers.Layer):
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             x = norm(conv(x * keep))
             x = stateless_dropout(x, self.dropout, fold_seed(seed, i) if training else None)
-        return self.projection(x * keep)[..., 0] * tf.cast(keep[..., 0], tf.float32)
+        values = self.projection(x * keep) * tf.cast(keep, tf.float32)
+        return values[..., 0] if self.outputs == 1 else values

@@ -2,7 +2,8 @@
 
 Public API (docs/model.md has the diagram and the contracts):
 
-    model = XTTSModel(config.model, vocab_size, num_languages, n_mels)   # weights built here
+    model = XTTSModel(config.model, vocab_size, num_languages, n_mels,   # weights built here
+                      pitch_combs=mel_pitch_combs(config.data))  # model.prosody_features
     out = model(batch, training=...)        # teacher forced; batch as in docs/architecture.md
         out["mel_before"]  float32 [B, T_mel, n_mels]  decoder output (values past mel_lengths
                                                        are unspecified)
@@ -18,6 +19,10 @@ Public API (docs/model.md has the diagram and the contracts):
         out["aligner_log_probs"] float32 [B, T_mel, T_text]  the aligner's log P(token | frame)
         out["durations"]   float32 [B, T_text]         frames per token on its monotonic path
         out["log_durations"] float32 [B, T_text]       the duration predictor's log(1 + frames)
+    with model.prosody_features also (models/prosody.py)
+        out["prosody"]     float32 [B, T_text, 2]      each token's pitch and energy from the
+                                                       recorded mel over its aligned frames
+        out["predicted_prosody"] float32 [B, T_text, 2]  the prosody predictor's
     model(batch, training=True, contrast_frames=N) also gives
         out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
                                                        item's own mel (the contrastive loss)
@@ -62,10 +67,11 @@ import tensorflow as tf
 
 from myxtts.config import ModelConfig
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
-from myxtts.models.durations import (DurationPredictor, TextMelAligner, frame_positions,
+from myxtts.models.durations import (TextMelAligner, TokenPredictor, frame_positions,
                                      monotonic_alignment, predicted_token_ends,
                                      step_reading_mask, token_durations, tokens_at)
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
+from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
                                   length_mask, norm_weights, slot_buffer, window_mask,
@@ -77,6 +83,14 @@ class _FunctionCache:
 
     def __init__(self):
         self.functions = {}
+
+
+class _PitchCombs:
+    """The data's pitch combs (`data.audio.mel_pitch_combs`), as a plain object so Keras/TF
+    tracking ignores them."""
+
+    def __init__(self, combs, log2_f0):
+        self.combs, self.log2_f0 = combs, log2_f0
 
 
 class DecodeState(NamedTuple):
@@ -99,8 +113,9 @@ class DecodeState(NamedTuple):
     #   frames (model.reference_spectrum; zeros without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
-    text: tf.Tensor  # compute dtype [B, T, d]: the encoded text with its voice, which
-    #   model.decoder_input aligned_text draws each step's input from
+    text: tf.Tensor  # compute dtype [B, T, d]: the encoded text with its voice (and, with
+    #   model.prosody_features, its predicted pitch and energy), which model.decoder_input
+    #   aligned_text draws each step's input from
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
     token_ends: tf.Tensor  # int32 [B, T]: model.text_alignment durations: the frame each token
     #   ends at, from the duration predictor (zeros with attention)
@@ -178,7 +193,7 @@ def _invariants(state: DecodeState) -> DecodeState:
 
 class XTTSModel(keras.Model):
     def __init__(self, config: ModelConfig, vocab_size: int, num_languages: int, n_mels: int,
-                 **kwargs):
+                 pitch_combs=None, **kwargs):
         kwargs.setdefault("name", "xtts")
         super().__init__(**kwargs)
         self.config = config
@@ -196,9 +211,19 @@ class XTTSModel(keras.Model):
         self.by_text = config.decoder_input == "aligned_text"
         self.aligner = (TextMelAligner(vocab_size, n_mels, config.d_model, name="aligner")
                         if self.by_durations else None)
-        self.duration_predictor = (DurationPredictor(config.d_model, config.dropout,
-                                                     name="duration_predictor")
+        self.duration_predictor = (TokenPredictor(config.d_model, config.dropout,
+                                                  name="duration_predictor")
                                    if self.by_durations else None)
+        self.by_prosody = config.prosody_features
+        if self.by_prosody and pitch_combs is None:
+            raise ValueError("model.prosody_features reads the pitch off the mel: pass "
+                             "XTTSModel(..., pitch_combs=data.audio.mel_pitch_combs(config.data)).")
+        self.pitch_combs = _PitchCombs(*pitch_combs) if self.by_prosody else None
+        self.prosody_predictor = (TokenPredictor(config.d_model, config.dropout,
+                                                 PROSODY_FEATURES, name="prosody_predictor")
+                                  if self.by_prosody else None)
+        self.prosody_projection = (keras.layers.Dense(config.d_model, name="prosody_projection")
+                                   if self.by_prosody else None)
         self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
         self._generate_cache = _FunctionCache()
         self._build_weights()
@@ -239,6 +264,15 @@ class XTTSModel(keras.Model):
             voiced = self.decoder.condition_text(text, latents)
             reading = self._durations(batch, voiced, seed, training)
             text_mask = reading.pop("text_mask")
+            path = reading.pop("frame_tokens")
+            if self.by_prosody:
+                reading["prosody"] = token_prosody(
+                    mel, tf.cast(batch["mel_lengths"], tf.int32), path, tf.shape(tokens)[1],
+                    self.pitch_combs.combs, self.pitch_combs.log2_f0)
+                reading["predicted_prosody"] = self.prosody_predictor(
+                    tf.stop_gradient(voiced), token_lengths, seed=fold_seed(seed, 5),
+                    training=training)
+                voiced = self.with_prosody(voiced, reading["prosody"])
             if self.by_text:
                 ends = tf.cast(tf.cumsum(reading["durations"], axis=1), tf.int32)
                 step_inputs = self._aligned_step_inputs(voiced, ends, token_lengths, 0, t)
@@ -271,7 +305,7 @@ class XTTSModel(keras.Model):
         on the recorded mel, its monotonic path, the tokens' frame counts, the duration
         predictor's log(1 + frames) (on the text with its voice, `voiced_text`; no gradient
         into the text encoder from it) and the decoder's reading mask [B, 1, S, T_text] from
-        the path."""
+        the path, and the path itself ("frame_tokens" [B, T_mel])."""
         r = self.reduction_factor
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
@@ -285,7 +319,14 @@ class XTTSModel(keras.Model):
                                                          seed=fold_seed(seed, 4),
                                                          training=training),
                 "text_mask": step_reading_mask(path[:, ::r], path[:, r - 1::r], token_lengths,
-                                               t_text)}
+                                               t_text),
+                "frame_tokens": path}
+
+    def with_prosody(self, voiced_text, prosody):
+        """model.prosody_features: the voiced text [B, T, d] with each token's pitch and energy
+        [B, T, PROSODY_FEATURES] (the recording's or the predictor's) projected onto it: what
+        the decoder's steps read."""
+        return voiced_text + tf.cast(self.prosody_projection(prosody), voiced_text.dtype)
 
     def _aligned_step_inputs(self, voiced_text, token_ends, token_lengths, first_frame,
                              frames):
@@ -366,6 +407,8 @@ class XTTSModel(keras.Model):
         token_ends = (predicted_token_ends(self.duration_predictor(text, token_lengths),
                                            token_lengths)
                       if self.by_durations else tf.zeros([b, t_text], tf.int32))
+        step_text = (self.with_prosody(text, self.prosody_predictor(text, token_lengths))
+                     if self.by_prosody else text)
         blocks = self.decoder.transformer.blocks
         heads = blocks[0].self_attention
         cache_shape = [b, heads.num_heads, heads.head_dim]
@@ -385,7 +428,8 @@ class XTTSModel(keras.Model):
             memory=tuple((block.cross_attentions[LATENTS].key_value_heads(latents),
                           block.cross_attentions[TEXT].key_value_heads(text))
                          for block in blocks),
-            text=text, text_mask=key_padding_mask(token_lengths, t_text), token_ends=token_ends,
+            text=step_text, text_mask=key_padding_mask(token_lengths, t_text),
+            token_ends=token_ends,
             limit=tf.clip_by_value(limit, 1, max_steps))
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":

@@ -19,6 +19,9 @@
                                    path, per valid token (0 with attention)
         "aligner"                  model.text_alignment durations: the aligner's forward-sum
                                    loss, per valid frame (0 with attention)
+        "prosody"                  model.prosody_features: the prosody predictor's squared
+                                   error on each token's pitch and energy (mean of the two),
+                                   per valid token (0 without)
         "moments"                  spectral-moment loss of the postnet output: per item and
                                    mel band, its spread over time and its ripple across
                                    neighbouring bands against the recording's (0 when
@@ -31,7 +34,8 @@
                                    + speaker_contrast_weight * speaker_contrast
                                    + moment_loss_weight * moments
                                    + duration_loss_weight * durations
-                                   + aligner_loss_weight * aligner: the loss that is
+                                   + aligner_loss_weight * aligner
+                                   + prosody_loss_weight * prosody: the loss that is
                                    differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
@@ -293,6 +297,14 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                                            mel_lengths, 1, counts.get("frames"))
     else:
         losses["durations"] = losses["aligner"] = tf.constant(0.0)
+    if "predicted_prosody" in outputs:
+        tokens = tf.cast(tf.sequence_mask(token_lengths, tf.shape(outputs["prosody"])[1]),
+                         tf.float32)
+        losses["prosody"] = _masked_mean(
+            tf.reduce_mean(tf.square(outputs["predicted_prosody"] - outputs["prosody"]), -1),
+            tokens, counts.get("tokens"))
+    else:
+        losses["prosody"] = tf.constant(0.0)
     losses["objective"] = (c.mel_loss_weight * losses["mel"]
                            + c.postnet_loss_weight * losses["postnet"]
                            + c.stop_loss_weight * losses["stop"])
@@ -302,5 +314,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
                        + c.moment_loss_weight * losses["moments"]
                        + c.duration_loss_weight * losses["durations"]
-                       + c.aligner_loss_weight * losses["aligner"])
+                       + c.aligner_loss_weight * losses["aligner"]
+                       + c.prosody_loss_weight * losses["prosody"])
     return losses
