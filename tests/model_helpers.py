@@ -27,6 +27,18 @@ def tiny_model(config=None, **model_overrides):
                      pitch_combs=mel_pitch_combs(config.data))
 
 
+def decode_both_ways(test, model, b):
+    """Decodes batch `b` 8 steps with the KV cache and by full recomputation, asserts they agree
+    and returns (the generate arguments, the cached decode). Threshold 1 - 1e-6: no early stop,
+    so each item decodes past its predicted end."""
+    latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+    args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+    cached = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
+    reference = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6, use_cache=False)
+    test.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
+    return args, cached
+
+
 def random_batch(config, token_lengths=(7, 4), mel_lengths=(20, 13), ref_lengths=(12, 7),
                  text_len=None, mel_len=None, ref_len=None, seed=0):
     """A batch as in docs/architecture.md; padding holds garbage (not zeros) on purpose, so a

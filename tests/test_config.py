@@ -64,6 +64,9 @@ class ConfigTest(unittest.TestCase):
                                         "  text_alignment: durations\n  self_feeding: 0.5\n"))
         with self.assertRaisesRegex(ConfigError, "must be one of previous_frames, aligned_"):
             XTTSConfig.from_yaml(_write("model:\n  decoder_input: text\n"))
+        with self.assertRaisesRegex(ConfigError, "model.prosody_features needs model.decoder_"):
+            XTTSConfig.from_yaml(_write("model:\n  prosody_features: true\n"
+                                        "  text_alignment: durations\n"))
 
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):

@@ -15,7 +15,7 @@ import tensorflow as tf
 from myxtts.models.durations import (READ_CONTEXT, frame_positions, monotonic_alignment,
                                      predicted_token_ends, step_reading_mask, token_durations,
                                      tokens_at)
-from tests.model_helpers import random_batch, tiny_config, tiny_model
+from tests.model_helpers import decode_both_ways, random_batch, tiny_config, tiny_model
 
 
 def _paths(frames: int, tokens: int):
@@ -24,18 +24,6 @@ def _paths(frames: int, tokens: int):
     for moves in itertools.product((0, 1), repeat=frames - 1):
         if sum(moves) == tokens - 1:
             yield np.concatenate([[0], np.cumsum(moves)])
-
-
-def _decode_both_ways(test, model, b):
-    """Decodes batch `b` 8 steps with the KV cache and by full recomputation, asserts they agree
-    and returns (the generate arguments, the cached decode). Threshold 1 - 1e-6: no early stop,
-    so each item decodes past its predicted end."""
-    latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
-    args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
-    cached = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6)
-    reference = model.generate(*args, max_steps=8, stop_threshold=1 - 1e-6, use_cache=False)
-    test.assertLess(float(np.abs(cached["mel"] - reference["mel"]).max()), 1e-4)
-    return args, cached
 
 
 class AlignmentSearchTest(unittest.TestCase):
@@ -118,7 +106,7 @@ class DurationsModelTest(unittest.TestCase):
 
     def test_decoding_reads_the_tokens_the_predicted_durations_place(self):
         b = self.batch
-        args, _ = _decode_both_ways(self, self.model, b)
+        args, _ = decode_both_ways(self, self.model, b)
         # The window and the alignments from one decode: the predicted ends are rounded, and an
         # eager and a graph computation of them may round a sum near x.5 differently.
         state = self.model.decode_steps(self.model.start_decode(*args, 8), 8, 1 - 1e-6)
@@ -169,7 +157,7 @@ class AlignedTextModelTest(unittest.TestCase):
                                        atol=1e-4)
 
     def test_the_cached_decode_equals_full_recompute(self):
-        _decode_both_ways(self, self.model, self.batch)
+        decode_both_ways(self, self.model, self.batch)
         self.assertIsNone(self.model.decoder.prenet)
 
 

@@ -339,21 +339,27 @@ class DurationsTest(TrainerTestCase):
         self.assertGreater(float(trainer.step.loss_metrics["durations"].result()), 0.0)
 
     def test_a_decoder_reading_the_aligned_text_learns_the_frames(self):
-        # decoder_input aligned_text in the compiled step: the mel comes from the text placed by
-        # the aligner's path alone, and 15 steps on one batch fit it.
+        # decoder_input aligned_text with prosody_features in the compiled step: the mel comes
+        # from the text placed by the aligner's path and its tokens' pitch and energy alone,
+        # and 15 steps on one batch fit it; the prosody predictor learns those tokens' values.
         b = batch(size=4)
         trainer = make_trainer(os.path.join(self.workdir, "aligned_text"),
                                {"text_alignment": "durations", "decoder_input": "aligned_text",
-                                "self_feeding": 0.0, "frame_dropout": 0.0}, xla=False,
+                                "prosody_features": True, "self_feeding": 0.0,
+                                "frame_dropout": 0.0}, xla=False,
                                guided_attention_weight=0.0)
 
-        def mel_loss():
-            return float(trainer._losses(b, trainer.step.step, False)["mel"])
+        def losses():
+            out = trainer._losses(b, trainer.step.step, False)
+            return float(out["mel"]), float(out["prosody"])
 
-        before = mel_loss()
+        before = losses()
         for _ in range(15):
             trainer.step(b)
-        self.assertLess(mel_loss(), 0.8 * before)  # 2.04 -> 1.34 here
+        after = losses()
+        self.assertLess(after[0], 0.8 * before[0])
+        self.assertLess(after[1], 0.5 * before[1])
+        self.assertGreater(float(trainer.step.loss_metrics["prosody"].result()), 0.0)
 
 
 class ScheduleAndPrecisionTest(unittest.TestCase):

@@ -13,7 +13,8 @@ place. The decoder then need not average over the ways a line can be said.
 The pitch is read off the log mel itself (no pitch tracker on the waveform, so every batch,
 cached or not, has it): the harmonic comb (`data.audio.mel_pitch_combs`) that best matches a
 frame's low bands, by correlation. A token's pitch is its frames' pitch weighted by their
-low-band power, so silence and unvoiced sounds (little power below 800 Hz) hardly count.
+level in the low bands, so silence and unvoiced sounds (little energy below 800 Hz) hardly
+count.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def _centred_unit(x, axis):
 
 def frame_pitch(mel, combs, log2_f0):
     """log10 mel [B, T, n_mels] → (log2(f0 / PITCH_REFERENCE_HZ) of the best-matching comb
-    [B, T], the frame's power in the comb's bands relative to the item's loudest frame there
-    [B, T] in (0, 1]). float32, no gradient."""
+    [B, T], the frame's summed mel magnitude in the comb's bands relative to the item's loudest
+    frame there [B, T] in (0, 1]). float32, no gradient."""
     combs = tf.constant(combs)
     bands = combs.shape[0]
     low = tf.stop_gradient(tf.cast(mel[..., :bands], tf.float32))
@@ -46,9 +47,9 @@ def frame_pitch(mel, combs, log2_f0):
     scores = tf.einsum("btm,mc->btc", _centred_unit(low, -1), _centred_unit(combs, 0))
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     pitch = tf.gather(tf.constant(log2_f0), best) - math.log2(PITCH_REFERENCE_HZ)
-    power = tf.reduce_logsumexp(tf.stop_gradient(tf.cast(mel[..., :bands], tf.float32))
+    level = tf.reduce_logsumexp(tf.stop_gradient(tf.cast(mel[..., :bands], tf.float32))
                                 * math.log(10.0), axis=-1)
-    return pitch, tf.exp(power - tf.reduce_max(power, axis=1, keepdims=True))
+    return pitch, tf.exp(level - tf.reduce_max(level, axis=1, keepdims=True))
 
 
 def frame_energy(mel):
@@ -57,7 +58,7 @@ def frame_energy(mel):
 
 
 def token_prosody(mel, mel_lengths, frame_tokens, t_text, combs, log2_f0):
-    """Each token's pitch (its frames' `frame_pitch`, weighted by their low-band power) and
+    """Each token's pitch (its frames' `frame_pitch`, weighted by their low-band level) and
     energy (the mean of its frames' `frame_energy`) [B, t_text, PROSODY_FEATURES] float32, the
     frames placed by `frame_tokens` [B, T_mel] (the aligner's path); valid frames only. A token
     with no frame gets 0."""
