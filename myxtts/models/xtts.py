@@ -230,8 +230,6 @@ class XTTSModel(keras.Model):
 
     def _build_weights(self):
         r, n = self.reduction_factor, self.n_mels
-        # With durations the decoder's condition_text runs before the decoder's first call.
-        self.decoder.build(None)
         one = tf.ones([1], tf.int32)
         self({"tokens": tf.ones([1, 1], tf.int32), "token_lengths": one,
               "language_ids": tf.zeros([1], tf.int32), "mel": tf.zeros([1, r, n]),
