@@ -71,11 +71,11 @@ from myxtts.models.durations import (TextMelAligner, TokenPredictor, frame_posit
                                      monotonic_alignment, predicted_token_ends,
                                      step_reading_mask, token_durations, tokens_at)
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
-from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
                                   length_mask, norm_weights, slot_buffer, window_mask,
                                   write_slot)
+from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
 
 
 class _FunctionCache:
