@@ -161,6 +161,13 @@ class AlignedTextModelTest(unittest.TestCase):
         decode_both_ways(self, self.model, self.batch)
         self.assertIsNone(self.model.decoder.prenet)
 
+    def test_builds_with_the_voice_on_the_text(self):
+        # speaker_text_conditioning: the decoder's condition_text runs before its first call
+        model = tiny_model(tiny_config(text_alignment="durations", decoder_input="aligned_text",
+                                       speaker_text_conditioning=True))
+        out = model(self.batch, training=False)
+        self.assertEqual(out["mel_before"].shape, self.batch["mel"].shape)
+
 
 if __name__ == "__main__":
     unittest.main()

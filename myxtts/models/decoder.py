@@ -168,6 +168,12 @@ class MelDecoder(keras.layers.Layer):
         [B, L, d] on every token."""
         if self.speaker_projection is None:
             return text
+        if not self.built:
+            # With durations the voiced text is read (by the duration predictor) before the
+            # decoder's first call: build it here, under its own name, so its weights keep their
+            # paths and its call finds them.
+            with keras.name_scope(self.name, caller=self):
+                self.build(None)
         voice = self.speaker_projection(tf.reduce_mean(tf.cast(latents, text.dtype), axis=1))
         return text + tf.cast(voice, text.dtype)[:, None, :]
 
