@@ -150,6 +150,12 @@ class ModelConfig:
                                          "spectrum follows the reference, also for voices far "
                                          "from the training ones. It travels as one more "
                                          "latent row (needs d_model >= n_mels).")
+    voice_norms: bool = _m(False, "Every layer norm of the decoder takes a per-item scale and "
+                                  "shift from the mean speaker latent (adaptive layer norm, "
+                                  "as Meta-StyleSpeech's style-adaptive norm), so the voice "
+                                  "shapes every sub-layer of every decoder step, not only its "
+                                  "attention to the speaker latents. Starts as plain layer "
+                                  "norm (the projection is zero).")
     text_alignment: str = _m("attention", "How the decoder finds the tokens it reads: "
                                            "attention (its learnt text attention, read forward "
                                            "only) or durations (a hard alignment: an aligner "

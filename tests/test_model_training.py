@@ -135,10 +135,16 @@ class PrecisionAndXlaTest(PolicyTestCase):
 
 class GradientCheckpointingTest(unittest.TestCase):
     def test_recomputed_blocks_give_the_same_gradients(self):
-        plain = tiny_model(dropout=0.0, prenet_dropout=0.0)
-        checkpointed = tiny_model(dropout=0.0, prenet_dropout=0.0, gradient_checkpointing=True)
+        for overrides in ({}, {"voice_norms": True}):
+            with self.subTest(**overrides):
+                self._check_gradients(overrides)
+
+    def _check_gradients(self, overrides):
+        plain = tiny_model(dropout=0.0, prenet_dropout=0.0, **overrides)
+        checkpointed = tiny_model(dropout=0.0, prenet_dropout=0.0, gradient_checkpointing=True,
+                                  **overrides)
         checkpointed.set_weights(plain.get_weights())
-        config = tiny_config()
+        config = tiny_config(**overrides)
         batch = random_batch(config)
 
         def grads(model):

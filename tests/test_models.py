@@ -149,6 +149,44 @@ class SpeakerTextConditioningTest(unittest.TestCase):
         self.assertIsNone(tiny_model().decoder.speaker_projection)
 
 
+class VoiceNormsTest(unittest.TestCase):
+    """model.voice_norms: every decoder norm scaled and shifted per item by the voice."""
+
+    def test_the_voice_sets_every_norm_and_the_cache_still_equals_recompute(self):
+        tf.random.set_seed(0)
+        config = tiny_config(voice_norms=True)
+        model = tiny_model(config)
+        b = random_batch(config, token_lengths=(7, 5))
+        latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        transformer, d = model.decoder.transformer, config.model.d_model
+        # Plain layer norm at the start: the voice's scale and shift are zero.
+        self.assertEqual(float(np.abs(model.decoder.norm_modulation(latents)).max()), 0.0)
+        model.decoder.voice_norms.kernel.assign(
+            tf.random.normal(model.decoder.voice_norms.kernel.shape, stddev=0.3, seed=1))
+        norms = model.decoder.norm_modulation(latents).numpy()
+        self.assertEqual(norms.shape, (2, transformer.norm_count, 2, d))
+        self.assertGreater(float(np.abs(norms[0] - norms[1]).max()), 1e-3)
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+        state = model.start_decode(*args, 4)
+        np.testing.assert_allclose(state.norms[0].numpy(), norms, atol=1e-6)
+        self.assertIn("norms_0", state.to_tensors())
+        cached = model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        full = model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        # The norms carry the voice: the same latents with the projection zeroed decode
+        # otherwise.
+        model.decoder.voice_norms.kernel.assign(tf.zeros_like(model.decoder.voice_norms.kernel))
+        plain = model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        self.assertGreater(_max_diff(cached["mel"], plain["mel"]), 1e-3)
+        # Off (the default): no projection, and the state carries no tensor for it.
+        off = tiny_model()
+        self.assertIsNone(off.decoder.voice_norms)
+        off_state = off.start_decode(*args[:3], off.speaker_latents(b["ref_mel"],
+                                                                    b["ref_lengths"]), 4)
+        self.assertEqual(off_state.norms, ())
+        self.assertFalse(any(k.startswith("norms") for k in off_state.to_tensors()))
+
+
 class ReferenceSpectrumTest(unittest.TestCase):
     """model.reference_spectrum: the decoder reads and writes frames relative to the mean
     spectrum of the reference's speech frames, which travels as one more latent row."""

@@ -122,7 +122,8 @@ class Postnet(keras.layers.Layer):
 
 class MelDecoder(keras.layers.Layer):
     """Prenet → input projection + sinusoidal step positions → causal pre-LN transformer that
-    cross-attends to the speaker latents and the text → mel (r frames/step) and stop heads."""
+    cross-attends to the speaker latents and the text (with model.voice_norms, its norms
+    scaled and shifted by the voice) → mel (r frames/step) and stop heads."""
 
     def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
         super().__init__(**kwargs)
@@ -150,6 +151,11 @@ class MelDecoder(keras.layers.Layer):
                                                   name="stop_projection")
         self.speaker_projection = (keras.layers.Dense(config.d_model, name="speaker_projection")
                                    if config.speaker_text_conditioning else None)
+        # model.voice_norms: every norm's scale and shift from the voice, zero at the start
+        # (plain layer norm).
+        self.voice_norms = (keras.layers.Dense(self.transformer.norm_count * 2 * config.d_model,
+                                               kernel_initializer="zeros", name="voice_norms")
+                            if config.voice_norms else None)
 
     def build(self, input_shape=None):
         if self.prenet is not None:
@@ -160,6 +166,8 @@ class MelDecoder(keras.layers.Layer):
         self.stop_projection.build((None, None, self.d_model))
         if self.speaker_projection is not None:
             self.speaker_projection.build((None, self.d_model))
+        if self.voice_norms is not None:
+            self.voice_norms.build((None, self.d_model))
         self.built = True
 
     def condition_text(self, text, latents):
@@ -176,6 +184,16 @@ class MelDecoder(keras.layers.Layer):
                 self.build(None)
         voice = self.speaker_projection(tf.reduce_mean(tf.cast(latents, text.dtype), axis=1))
         return text + tf.cast(voice, text.dtype)[:, None, :]
+
+    def norm_modulation(self, latents):
+        """model.voice_norms: the scale and shift of every transformer norm for each item,
+        float32 [B, transformer.norm_count, 2, d], from the mean of the speaker latents
+        [B, L, d]; None without."""
+        if self.voice_norms is None:
+            return None
+        voice = self.voice_norms(tf.reduce_mean(latents, axis=1))
+        return tf.reshape(tf.cast(voice, tf.float32),
+                          [-1, self.transformer.norm_count, 2, self.d_model])
 
     def position_tables(self, positions):
         """Everything position-dependent for decoder steps `positions` [S]: (prenet keep masks,
@@ -275,7 +293,8 @@ class MelDecoder(keras.layers.Layer):
         x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
                                       memory_masks=[None, text_mask], seed=fold_seed(seed, 2),
-                                      training=training)
+                                      training=training,
+                                      modulation=self.norm_modulation(latents))
         frames, stop = self.heads(x)
         return frames, stop, tf.concat([w[TEXT] for w in weights], axis=1)
 

@@ -254,6 +254,17 @@ def apply_norm(x: tf.Tensor, weights) -> tf.Tensor:
     return tf.cast(centred * tf.math.rsqrt(variance + epsilon) * gamma + beta, dtype)
 
 
+def modulate(normed: tf.Tensor, modulation: Optional[tf.Tensor]) -> tf.Tensor:
+    """A layer norm's output [B, (T,) d] scaled and shifted per item by modulation [B, 2, d]
+    (adaptive layer norm): normed * (1 + scale) + shift; unchanged when modulation is None."""
+    if modulation is None:
+        return normed
+    scale, shift = tf.unstack(tf.cast(modulation, normed.dtype), axis=1)
+    if normed.shape.rank == 3:
+        scale, shift = scale[:, None], shift[:, None]
+    return normed * (1.0 + scale) + shift
+
+
 def attend_slots(q: tf.Tensor, keys: tf.Tensor, values: tf.Tensor, position) -> tf.Tensor:
     """Attention of one decode step over a slot-major cache, without transposing it: q
     [1, B, H, Dh]; keys, values [S', B, H, Dh] from `written_slots` (slots past `position` are
@@ -349,7 +360,9 @@ class TransformerBlock(keras.layers.Layer):
     """Pre-LN block: x + SelfAttn(LN x) [+ x + CrossAttn(LN x, memory) ...] + FF(LN x).
 
     `num_memories` cross-attention sub-layers attend, in order, to the memories passed to `call`.
-    Returns (x, [cross-attention weights per memory]).
+    Returns (x, [cross-attention weights per memory]). `modulation` [B, norm_count, 2, d]
+    (optional) scales and shifts each norm's output per item (`modulate`), in the order self,
+    cross 0.., feed-forward.
     """
 
     def __init__(self, d_model: int, num_heads: int, ff_dim: int, dropout: float,
@@ -369,6 +382,7 @@ class TransformerBlock(keras.layers.Layer):
             for i in range(num_memories)])
         self.ff_norm = _layer_norm("feed_forward_norm")
         self.feed_forward = FeedForward(d_model, ff_dim, dropout, name="feed_forward")
+        self.norm_count = 2 + num_memories
 
     def build(self, input_shape=None):
         shape = (None, None, self.d_model)
@@ -380,32 +394,40 @@ class TransformerBlock(keras.layers.Layer):
     def _residual(self, x, delta, seed):
         return x + stateless_dropout(delta, self.dropout, seed)
 
-    def _forward(self, x, self_mask, memories, memory_masks, seed):
-        normed = self.self_norm(x)
+    def _forward(self, x, self_mask, memories, memory_masks, seed, modulation=None):
+        def norm(i, layer, y):
+            return modulate(layer(y), None if modulation is None else modulation[:, i])
+
+        normed = norm(0, self.self_norm, x)
         h, _ = self.self_attention(normed, normed, self_mask)
         x = self._residual(x, h, fold_seed(seed, 0))
         weights = []
-        for i, (norm, attention) in enumerate(zip(self.cross_norms, self.cross_attentions)):
-            h, w = attention(norm(x), memories[i], memory_masks[i],
+        for i, (cross_norm, attention) in enumerate(zip(self.cross_norms,
+                                                        self.cross_attentions)):
+            h, w = attention(norm(1 + i, cross_norm, x), memories[i], memory_masks[i],
                              forward=i == self.forward_memory)
             x = self._residual(x, h, fold_seed(seed, 1 + i))
             weights.append(w)
-        h = self.feed_forward(self.ff_norm(x), fold_seed(seed, 10))
+        h = self.feed_forward(norm(self.norm_count - 1, self.ff_norm, x), fold_seed(seed, 10))
         return self._residual(x, h, fold_seed(seed, 11)), weights
 
-    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False):
-        """x [B, T, d]; masks bool (True = may attend); seed [2] int32 for dropout or None."""
+    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False,
+             modulation=None):
+        """x [B, T, d]; masks bool (True = may attend); seed [2] int32 for dropout or None;
+        modulation [B, norm_count, 2, d] or None."""
         memories, memory_masks = list(memories), list(memory_masks)
         if not (self.gradient_checkpointing and training):
-            return self._forward(x, self_mask, memories, memory_masks, seed)
+            return self._forward(x, self_mask, memories, memory_masks, seed, modulation)
         # tf.recompute_grad takes tensors only; masks/seeds are closed over (no gradient).
         n = len(memories)
+        extra = [] if modulation is None else [modulation]
 
-        def fn(x_, *mems):
-            out, weights = self._forward(x_, self_mask, list(mems), memory_masks, seed)
+        def fn(x_, *tensors):
+            out, weights = self._forward(x_, self_mask, list(tensors[:n]), memory_masks, seed,
+                                         tensors[n] if extra else None)
             return (out, *weights)
 
-        out, *weights = tf.recompute_grad(fn)(x, *memories)
+        out, *weights = tf.recompute_grad(fn)(x, *memories, *extra)
         return out, list(weights[:n])
 
     # ---- incremental decoding -------------------------------------------------------------
@@ -422,14 +444,14 @@ class TransformerBlock(keras.layers.Layer):
                 "ff_outer": dense_weights(self.feed_forward.outer)}
 
     def step(self, x, cache_k, cache_v, position, memory_kv, memory_masks, weights,
-             forward_state=None):
+             forward_state=None, modulation=None):
         """One decode position with a preallocated self-attention cache (inference only).
 
         x: [B, d]; cache_k/cache_v: slot-major decode buffers [S, B, H, Dh] (see `slot_buffer`;
         the ones passed in must not be used again); position: scalar int32 (slot to write);
         memory_kv: [(k, v)] per memory, already projected; weights: `step_weights()`;
         forward_state: the forward-attention log weights of the previous position [B, H, Tk]
-        (when the block has a forward memory).
+        (when the block has a forward memory); modulation: as in `call`.
         Returns (x, cache_k, cache_v, [cross weights [B, H, 1, Tk]], new forward_state). Only
         slot `position` is written, and in a plain graph only slots 0..position are read, so a
         step's cost does not depend on S.
@@ -439,7 +461,11 @@ class TransformerBlock(keras.layers.Layer):
         def split_heads(y):
             return tf.reshape(y, [-1, heads, head_dim])
 
-        q, k, v = tf.split(apply_dense(apply_norm(x, weights["self_norm"]), weights["qkv"]),
+        def norm(i, norm_w, y):
+            return modulate(apply_norm(y, norm_w),
+                            None if modulation is None else modulation[:, i])
+
+        q, k, v = tf.split(apply_dense(norm(0, weights["self_norm"], x), weights["qkv"]),
                            3, axis=-1)
         cache_k = write_slot(cache_k, position, split_heads(k))
         cache_v = write_slot(cache_v, position, split_heads(v))
@@ -450,7 +476,7 @@ class TransformerBlock(keras.layers.Layer):
         attention_weights = []
         for i, (norm_w, query_w, out_w) in enumerate(weights["cross"]):
             mk, mv = memory_kv[i]
-            q = tf.reshape(apply_dense(apply_norm(x, norm_w), query_w),
+            q = tf.reshape(apply_dense(norm(1 + i, norm_w, x), query_w),
                            [-1, heads, 1, head_dim])
             if i == self.forward_memory:
                 forward_state = forward_step(forward_state,
@@ -462,7 +488,7 @@ class TransformerBlock(keras.layers.Layer):
             x = x + apply_dense(tf.reshape(out, [-1, self.d_model]), out_w)
             attention_weights.append(w)
         hidden = self.feed_forward.inner.activation(
-            apply_dense(apply_norm(x, weights["ff_norm"]), weights["ff_inner"]))
+            apply_dense(norm(self.norm_count - 1, weights["ff_norm"], x), weights["ff_inner"]))
         x = x + apply_dense(hidden, weights["ff_outer"])
         return x, cache_k, cache_v, attention_weights, forward_state
 
@@ -480,6 +506,14 @@ class TransformerStack(keras.layers.Layer):
                              gradient_checkpointing, forward_memory, name=f"block_{i}")
             for i in range(num_layers)])
         self.final_norm = _layer_norm("final_norm")
+        self.norm_count = sum(block.norm_count for block in self.blocks) + 1
+
+    def split_modulation(self, modulation):
+        """modulation [B, norm_count, 2, d] or None → (one per block, the final norm's)."""
+        if modulation is None:
+            return [None] * len(self.blocks), None
+        parts = tf.split(modulation, [block.norm_count for block in self.blocks] + [1], axis=1)
+        return parts[:-1], parts[-1][:, 0]
 
     def build(self, input_shape=None):
         for block in self.blocks:
@@ -487,12 +521,16 @@ class TransformerStack(keras.layers.Layer):
         self.final_norm.build((None, None, self.d_model))
         self.built = True
 
-    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False):
-        """Returns (x, cross-attention weights: one list per block, one [B, H, Tq, Tk] entry per
-        memory)."""
+    def call(self, x, self_mask=None, memories=(), memory_masks=(), seed=None, training=False,
+             modulation=None):
+        """modulation: every norm's per-item scale and shift [B, norm_count, 2, d] (blocks in
+        order, then the final norm) or None. Returns (x, cross-attention weights: one list per
+        block, one [B, H, Tq, Tk] entry per memory)."""
         weights = []
-        for i, block in enumerate(self.blocks):
+        block_modulations, final_modulation = self.split_modulation(modulation)
+        for i, (block, block_modulation) in enumerate(zip(self.blocks, block_modulations)):
             x, block_weights = block(x, self_mask, memories, memory_masks,
-                                     seed=fold_seed(seed, i), training=training)
+                                     seed=fold_seed(seed, i), training=training,
+                                     modulation=block_modulation)
             weights.append(block_weights)
-        return self.final_norm(x), weights
+        return modulate(self.final_norm(x), final_modulation), weights

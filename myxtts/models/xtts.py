@@ -73,8 +73,8 @@ from myxtts.models.durations import (TextMelAligner, TokenPredictor, frame_posit
 from myxtts.models.encoders import SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
-                                  length_mask, norm_weights, slot_buffer, window_mask,
-                                  write_slot)
+                                  length_mask, modulate, norm_weights, slot_buffer,
+                                  window_mask, write_slot)
 from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
 
 
@@ -120,6 +120,8 @@ class DecodeState(NamedTuple):
     token_ends: tf.Tensor  # int32 [B, T]: model.text_alignment durations: the frame each token
     #   ends at, from the duration predictor (zeros with attention)
     limit: tf.Tensor  # int32 [B]: the item's length cap in steps
+    norms: tuple  # model.voice_norms: (float32 [B, N, 2, d],) the scale and shift of each of
+    #   the decoder's N norms for this voice; () without (LiteRT refuses empty tensors)
 
     def to_tensors(self) -> Dict[str, tf.Tensor]:
         """The state as flat named tensors (SavedModel signature inputs and outputs): the
@@ -430,7 +432,9 @@ class XTTSModel(keras.Model):
                          for block in blocks),
             text=step_text, text_mask=key_padding_mask(token_lengths, t_text),
             token_ends=token_ends,
-            limit=tf.clip_by_value(limit, 1, max_steps))
+            limit=tf.clip_by_value(limit, 1, max_steps),
+            norms=(() if self.decoder.voice_norms is None
+                   else (self.decoder.norm_modulation(latents),)))
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
         """Runs up to `steps` more decoder steps (fewer when every item has ended or the
@@ -459,11 +463,16 @@ class XTTSModel(keras.Model):
                                         [tf.gather(m, s.step) for m in keep_masks],
                                         tf.gather(encodings, s.step), decoder_weights)
             masks = [None, self._step_text_mask(s)]
+            block_modulations, final_modulation = self.decoder.transformer.split_modulation(
+                s.norms[0] if s.norms else None)
             caches = []
-            for block, (ck, cv, fw), kv, w in zip(blocks, s.caches, s.memory, step_weights):
-                x, ck, cv, weights, fw = block.step(x, ck, cv, s.step, kv, masks, w, fw)
+            for block, (ck, cv, fw), kv, w, modulation in zip(
+                    blocks, s.caches, s.memory, step_weights, block_modulations):
+                x, ck, cv, weights, fw = block.step(x, ck, cv, s.step, kv, masks, w, fw,
+                                                    modulation)
                 caches.append((ck, cv, fw))
-            frames, stop = self.decoder.step_heads(apply_norm(x, final_norm), decoder_weights)
+            frames, stop = self.decoder.step_heads(
+                modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
             s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
