@@ -178,6 +178,29 @@ class ReferenceSpectrumSignaturesTest(unittest.TestCase):
         self.assertEqual(int(served["mel_lengths"][0]), length)
         np.testing.assert_allclose(served["mel"][0, :length], own["mel"][0, :length], atol=1e-4)
 
+    def test_a_voice_norms_model_streams_through_the_decode_signatures(self):
+        tf.random.set_seed(0)
+        config = tiny_inference_config("unused").override({"model.voice_norms": True},
+                                                          source="test")
+        tokenizer = Tokenizer(list("abc"), "basic")
+        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                          config.data.n_mels)
+        kernel = model.decoder.voice_norms.kernel
+        kernel.assign(tf.random.stateless_normal(kernel.shape, [3, 4], stddev=0.3))
+        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
+                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
+        signatures = module.signatures()
+        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
+        latents = signatures["speaker_latents"](
+            reference_mel=ref, reference_lengths=tf.constant([30]))["speaker_latents"]
+        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
+                      language_ids=tf.constant([0]))
+        state = signatures["decode_start"](speaker_latents=latents, **tokens)
+        self.assertIn("norms_0", state)
+        state = signatures["decode_steps"](steps=tf.constant(6), **state)
+        own = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
+        np.testing.assert_allclose(state["frames"], own.frames, atol=1e-4)
+
 
 def _run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
