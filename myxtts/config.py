@@ -271,6 +271,14 @@ class TrainingConfig:
                                              "of its reference than those of the batch's "
                                              "other speakers' references; costs a second "
                                              "pass of the speaker encoder; 0 = off.")
+    speaker_contrast_on: str = _f("recording", "What the contrastive speaker loss hears as "
+                                               "each item's own voice: recording (its recorded "
+                                               "mel: the speaker encoder learns to tell voices "
+                                               "apart) or output (the postnet's teacher-forced "
+                                               "mel: the decoder must also put the reference's "
+                                               "voice into what it writes, a speaker "
+                                               "consistency loss heard by the model's own "
+                                               "encoder).")
     moment_loss_weight: float = _f(0.0, "Weight of the spectral-moment loss on the postnet "
                                         "output (training/losses.py): per utterance and mel "
                                         "band, its spread over time and its ripple across "
@@ -526,6 +534,8 @@ class XTTSConfig:
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
+        need(t.speaker_contrast_on in ("recording", "output"), "training.speaker_contrast_on",
+             "must be recording or output.")
         need(t.prosody_loss_weight >= 0, "training.prosody_loss_weight", "must be >= 0.")
         need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
              "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")

@@ -154,12 +154,13 @@ class StreamingTest(unittest.TestCase):
                 self.assertEqual(end.frames, len(whole.mel))
                 self.assertEqual(len(joined), len(whole.waveform))
                 self.assertGreaterEqual(snr_db(joined, whole.waveform), MIN_SNR_DB)
-                # No seam is louder than the signal around it: the largest sample step across
-                # a seam is no larger than the largest inside the chunks.
+                # No click at a seam: the sample step across each seam is the whole
+                # synthesis's step there, to within a tenth of the largest step it takes
+                # anywhere (a click is a jump the whole synthesis does not make).
                 seams = np.cumsum([len(c) for c in chunks])[:-1]
-                steps = np.abs(np.diff(joined))
-                inside = np.delete(steps, seams - 1)
-                self.assertLessEqual(steps[seams - 1].max(), inside.max())
+                seam_error = np.abs(np.diff(joined) - np.diff(whole.waveform))[seams - 1]
+                self.assertLessEqual(seam_error.max(),
+                                     0.1 * np.abs(np.diff(whole.waveform)).max())
 
     def test_an_item_the_stop_head_ends_mid_chunk(self):
         synth = self.synths["vocos"]

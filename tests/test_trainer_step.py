@@ -292,6 +292,42 @@ class SpeakerContrastTest(TrainerTestCase):
         self.assertLess(after, 0.5 * before)
         self.assertGreater(float(trainer.step.loss_metrics["speaker_contrast"].result()), 0.0)
 
+    def test_on_the_output_the_decoder_must_write_the_voice(self):
+        # training.speaker_contrast_on: output: the loss hears the postnet's teacher-forced mel,
+        # so its gradient reaches the decoder and the postnet (with the recording it reaches
+        # only the speaker encoder), and training lowers it.
+        b = batch(size=8)
+        on_output = make_trainer(os.path.join(self.workdir, "on_output"), xla=False,
+                                 speaker_contrast_weight=1.0, speaker_contrast_on="output",
+                                 guided_attention_weight=0.0)
+        on_recording = make_trainer(os.path.join(self.workdir, "on_recording"), xla=False,
+                                    speaker_contrast_weight=1.0, guided_attention_weight=0.0)
+
+        def contrast_gradients(t):
+            with tf.GradientTape() as tape:
+                loss = t._losses(b, t.step.step, False)["speaker_contrast"]
+            parts = {"speaker_encoder": t.model.speaker_encoder, "decoder": t.model.decoder,
+                     "postnet": t.model.postnet}
+            grads = tape.gradient(loss, [v for p in parts.values() for v in p.trainable_variables])
+            norms, i = {}, 0
+            for name, part in parts.items():
+                n = len(part.trainable_variables)
+                norms[name] = sum(float(tf.norm(g)) for g in grads[i:i + n] if g is not None)
+                i += n
+            return float(loss), norms
+
+        _, recording = contrast_gradients(on_recording)
+        before, output = contrast_gradients(on_output)
+        self.assertGreater(recording["speaker_encoder"], 0.0)
+        self.assertEqual(recording["decoder"], 0.0)
+        self.assertEqual(recording["postnet"], 0.0)
+        for name in ("speaker_encoder", "decoder", "postnet"):
+            self.assertGreater(output[name], 0.0, name)
+        for _ in range(15):
+            on_output.step(b)
+        after, _ = contrast_gradients(on_output)
+        self.assertLess(after, before)
+
 
 class MomentLossTest(TrainerTestCase):
     def test_training_keeps_the_spread_an_l1_loss_alone_averages_away(self):

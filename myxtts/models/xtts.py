@@ -23,9 +23,11 @@ Public API (docs/model.md has the diagram and the contracts):
         out["prosody"]     float32 [B, T_text, 2]      each token's pitch and energy from the
                                                        recorded mel over its aligned frames
         out["predicted_prosody"] float32 [B, T_text, 2]  the prosody predictor's
-    model(batch, training=True, contrast_frames=N) also gives
+    model(batch, training=True, contrast_frames=N, contrast_on="recording") also gives
         out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
-                                                       item's own mel (the contrastive loss)
+                                                       item's own mel (the contrastive loss):
+                                                       the recorded one, or with
+                                                       contrast_on="output" mel_after
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
         L = config.speaker_latent_rows: the perceiver's latents, and with model.reference_spectrum
         the reference's spectrum as one more row (`split_latents`); the decoder then reads and
@@ -245,7 +247,8 @@ class XTTSModel(keras.Model):
                                     dtype="int32")
 
     # ---- teacher-forced training pass ------------------------------------------------------
-    def call(self, batch, training=False, contrast_frames: int = 0) -> Dict[str, tf.Tensor]:
+    def call(self, batch, training=False, contrast_frames: int = 0,
+             contrast_on: str = "recording") -> Dict[str, tf.Tensor]:
         r, n = self.reduction_factor, self.n_mels
         # Under a tf.distribute strategy the training step passes each replica its own seed
         # (myxtts/training/mirrored_step.py): a replica cannot advance the seed generator.
@@ -292,8 +295,10 @@ class XTTSModel(keras.Model):
                    "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32),
                    **reading}
         if contrast_frames:
-            # the voice of the item's own recording, heard by the same speaker encoder
-            own = self.speaker_encoder(mel[:, :contrast_frames],
+            # the voice of the item's own recording, or of what the model wrote for it, heard
+            # by the same speaker encoder
+            heard = mel_after if contrast_on == "output" else mel
+            own = self.speaker_encoder(heard[:, :contrast_frames],
                                        tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
                                                   contrast_frames),
                                        seed=fold_seed(seed, 3), training=training)

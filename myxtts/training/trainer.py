@@ -119,11 +119,13 @@ class XTTSTrainer(Trainer):
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
         # training.speaker_contrast_weight: the speaker encoder also hears the first
-        # reference-length stretch of each item's own mel
+        # reference-length stretch of each item's own mel (recorded or decoded:
+        # training.speaker_contrast_on)
         d = config.data
         self._contrast_frames = (audio_math.num_frames(int(d.ref_max_seconds * d.sample_rate),
                                                        d.hop_length)
                                  if tc.speaker_contrast_weight > 0 else 0)
+        self._contrast_on = tc.speaker_contrast_on
         step_options = dict(loss_names=LOSS_NAMES, grad_accum_steps=tc.grad_accum_steps,
                             jit_compile=tc.xla, max_nonfinite_steps=tc.max_nonfinite_steps,
                             on_micro_batch=self._count_batch, update_scales=update_scales)
@@ -160,7 +162,8 @@ class XTTSTrainer(Trainer):
                 counts=None) -> Dict[str, tf.Tensor]:
         """The losses of `batch`; under a strategy (`counts`: the global batch's loss counts,
         summed over the replicas) this replica's share of the global batch's losses."""
-        outputs = self.model(batch, training=training, contrast_frames=self._contrast_frames)
+        outputs = self.model(batch, training=training, contrast_frames=self._contrast_frames,
+                             contrast_on=self._contrast_on)
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         r = self.config.model.reduction_factor
         if counts is None:
@@ -278,7 +281,8 @@ class XTTSTrainer(Trainer):
 
     def _val_step(self, batch: Batch):
         with tf.device(self.model_device):
-            outputs = self.model(batch, training=False, contrast_frames=self._contrast_frames)
+            outputs = self.model(batch, training=False, contrast_frames=self._contrast_frames,
+                                 contrast_on=self._contrast_on)
             outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
             losses = compute_losses(outputs, batch, self.config.training, self.step.step,
                                     self.config.model.reduction_factor)
