@@ -536,6 +536,10 @@ class XTTSConfig:
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_on in ("recording", "output"), "training.speaker_contrast_on",
              "must be recording or output.")
+        need(t.speaker_contrast_on == "recording" or t.speaker_contrast_weight > 0,
+             "training.speaker_contrast_on",
+             "is output, but training.speaker_contrast_weight is 0: set a weight (e.g. 0.2), "
+             "or the loss it chooses is never computed.")
         need(t.prosody_loss_weight >= 0, "training.prosody_loss_weight", "must be >= 0.")
         need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
              "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")
