@@ -119,6 +119,12 @@ class DataConfig:
                                 "formants and pitch scale, tempo does not), so batches hold "
                                 "voices between and beyond the corpus's; e.g. 0.12. 0 = off. "
                                 "docs/cloning.md.")
+    voice_warp_envelope: bool = _f(False, "With data.voice_warp: warp only the spectral "
+                                          "envelope (the log-mel smoothed along "
+                                          "frequency by a 9-band Hann window) and keep the "
+                                          "rest where it is, so formants move and the pitch's "
+                                          "harmonics do not: voices whose formants and pitch "
+                                          "differ independently, as synthesiser variants do.")
     seed: int = _f(1234, "Seed for the train/validation split, shuffling and reference slices.")
 
 
@@ -502,6 +508,9 @@ class XTTSConfig:
         need(0 <= m.frame_dropout < 1, "model.frame_dropout", "must be in [0, 1).")
         need(0 <= m.self_feeding <= 1, "model.self_feeding", "must be in [0, 1].")
         need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
+        need(not d.voice_warp_envelope or d.voice_warp > 0, "data.voice_warp_envelope",
+             "warps what data.voice_warp warps, which is 0 (off): set data.voice_warp "
+             "(e.g. 0.15) or leave voice_warp_envelope false.")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
         need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
              f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")

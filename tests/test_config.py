@@ -68,6 +68,14 @@ class ConfigTest(unittest.TestCase):
             XTTSConfig.from_yaml(_write("model:\n  prosody_features: true\n"
                                         "  text_alignment: durations\n"))
 
+    def test_an_envelope_warp_needs_a_warp(self):
+        with self.assertRaisesRegex(ConfigError, "data.voice_warp_envelope warps what "
+                                                 "data.voice_warp warps, which is 0"):
+            XTTSConfig.from_yaml(_write("data:\n  voice_warp_envelope: true\n"))
+        config = XTTSConfig.from_yaml(_write("data:\n  voice_warp_envelope: true\n"
+                                             "  voice_warp: 0.15\n"))
+        self.assertTrue(config.data.voice_warp_envelope)
+
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):
             XTTSConfig.from_yaml("/nonexistent/x.yaml")

@@ -13,8 +13,8 @@ import numpy as np  # noqa: E402
 from myxtts.data import audio as audio_lib  # noqa: E402
 from myxtts.data.cache import load_samples  # noqa: E402
 from myxtts.data.pipeline import InputPipeline  # noqa: E402
-from myxtts.data.voice_shifts import (WARP_STEPS, shift_voice, shifted_length,  # noqa: E402
-                                    warp_matrices)
+from myxtts.data.voice_shifts import (WARP_STEPS, envelope_smoother, shift_voice,  # noqa: E402
+                                    shifted_length, warp_matrices)
 from tests.data_samples import SAMPLE_DIR, tiny_config  # noqa: E402
 
 
@@ -110,6 +110,28 @@ class VoiceWarpTest(unittest.TestCase):
         self.assertLess(int(np.argmax(peak @ matrices[0])), n // 2)
         self.assertGreater(int(np.argmax(peak @ matrices[-1])), n // 2)
         np.testing.assert_allclose(matrices.sum(axis=1), 1.0, atol=1e-6)
+
+    def test_an_envelope_warp_moves_the_formant_and_leaves_the_harmonics(self):
+        data = tiny_config(voice_warp=0.15, voice_warp_envelope=True).data
+        n = data.n_mels
+        matrices = warp_matrices(data)
+        smoother = envelope_smoother(n)
+        bands = np.arange(n)
+        # A log-mel frame: a harmonic comb every 5 bands on a broad formant at band n / 2.
+        frame = ((bands % 5 == 0) + 2.0 * np.exp(-0.5 * ((bands - n // 2) / 6.0) ** 2))[None]
+        fine = frame - frame @ smoother
+        for k in (0, WARP_STEPS - 1):
+            moved = (frame @ matrices[k]) @ smoother
+            self.assertEqual(np.sign(np.argmax(moved) - n // 2), np.sign(k - WARP_STEPS // 2))
+            warped = frame @ matrices[k]
+            kept = warped - warped @ smoother
+            inner = slice(5, n - 5)  # the smoother's edges renormalise its window
+            self.assertGreater(np.corrcoef(fine[0, inner], kept[0, inner])[0, 1], 0.99)
+            whole = frame @ warp_matrices(tiny_config(voice_warp=0.15).data)[k]
+            whole_fine = whole - whole @ smoother
+            self.assertLess(np.corrcoef(fine[0, inner], whole_fine[0, inner])[0, 1], 0.5)
+        np.testing.assert_allclose(matrices[WARP_STEPS // 2], np.eye(n), atol=1e-6)
+        np.testing.assert_allclose(matrices.sum(axis=1), 1.0, atol=1e-5)
 
     def test_training_batches_are_warped_by_their_items_factor_and_validation_is_not(self):
         matrices = warp_matrices(self.config.data)

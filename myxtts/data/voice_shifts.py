@@ -11,8 +11,12 @@ never shifted. A shifted copy that would be longer than data.max_audio_seconds i
 drawn per item from WARP_STEPS values in [1 - w, 1 + w], the same for its target and its
 reference: the mel band at frequency f takes the value at f / a (vocal tract length
 perturbation). Formants and pitch scale by a and tempo does not, so batches hold a continuum of
-voices between and beyond the corpus's. The input pipeline applies `warp_matrices` on the data
-device (InputPipeline._featurize_batch).
+voices between and beyond the corpus's. With `data.voice_warp_envelope` only the spectral
+envelope (the log-mel smoothed along frequency over ENVELOPE_BANDS bands) is warped and what
+the smoothing leaves (the harmonics) stays where it is: formants move, pitch does not, as
+between synthesiser variants that set them independently. Either way a warp is one linear map
+of each log-mel frame, which the input pipeline applies with `warp_matrices` on the data device
+(InputPipeline._featurize_batch).
 
 This module does not import TensorFlow.
 """
@@ -29,6 +33,7 @@ from myxtts.data.validation import Item
 
 
 WARP_STEPS = 33  # warp factors, evenly spaced over [1 - w, 1 + w]
+ENVELOPE_BANDS = 9  # the Hann window, in mel bands, that smooths a frame into its envelope
 
 
 def warp_matrices(data_config) -> np.ndarray:
@@ -36,7 +41,9 @@ def warp_matrices(data_config) -> np.ndarray:
     warped by the k-th factor of [1 - voice_warp, 1 + voice_warp] (the middle one is 1: the
     identity). Each band's value is interpolated between the two bands whose centre
     frequencies (Slaney scale, as the features') surround f / a; beyond the first or last
-    centre it takes that band's value. Columns sum to 1, so padding frames stay padding."""
+    centre it takes that band's value. With data.voice_warp_envelope the matrix is
+    S @ W + (I - S): the envelope (rows @ S, envelope_smoother) warped, plus the rest
+    unwarped. Columns sum to 1, so padding frames (constant rows) stay padding."""
     import librosa  # pylint: disable=import-outside-toplevel  (only this function needs it)
     d = data_config
     n = d.n_mels
@@ -51,7 +58,24 @@ def warp_matrices(data_config) -> np.ndarray:
         fraction = position - low
         np.add.at(matrices[k], (low, columns), 1.0 - fraction)
         np.add.at(matrices[k], (high, columns), fraction)
+    if d.voice_warp_envelope:
+        smoother = envelope_smoother(n)
+        matrices = smoother @ matrices + (np.eye(n) - smoother)
     return matrices.astype(np.float32)
+
+
+def envelope_smoother(n_mels: int) -> np.ndarray:
+    """[n_mels, n_mels] float64: rows [T, n_mels] @ matrix = each frame smoothed along frequency
+    by an ENVELOPE_BANDS-band Hann window, the window cut at the edges and renormalised (each
+    column sums to 1)."""
+    window = np.hanning(ENVELOPE_BANDS + 2)[1:-1]
+    half = ENVELOPE_BANDS // 2
+    matrix = np.zeros([n_mels, n_mels], np.float64)
+    for out_band in range(n_mels):
+        for offset, weight in zip(range(-half, half + 1), window):
+            if 0 <= out_band + offset < n_mels:
+                matrix[out_band + offset, out_band] = weight
+    return matrix / matrix.sum(axis=0, keepdims=True)
 
 
 def shifted_length(num_samples: int, factor: float) -> int:
