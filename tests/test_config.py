@@ -76,6 +76,14 @@ class ConfigTest(unittest.TestCase):
                                              "  voice_warp: 0.15\n"))
         self.assertTrue(config.data.voice_warp_envelope)
 
+    def test_a_contrast_heard_on_the_output_needs_a_weight(self):
+        with self.assertRaisesRegex(ConfigError, "training.speaker_contrast_on is output, but "
+                                                 "training.speaker_contrast_weight is 0"):
+            XTTSConfig.from_yaml(_write("training:\n  speaker_contrast_on: output\n"))
+        config = XTTSConfig.from_yaml(_write("training:\n  speaker_contrast_on: output\n"
+                                             "  speaker_contrast_weight: 0.2\n"))
+        self.assertEqual(config.training.speaker_contrast_on, "output")
+
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):
             XTTSConfig.from_yaml("/nonexistent/x.yaml")
