@@ -239,6 +239,12 @@ class TrainingConfig:
     decay_steps: int = _f(200000, "Cosine decay length in optimizer steps.")
     weight_decay: float = _f(0.01, "AdamW weight decay (not applied to norms, biases, "
                                    "embeddings).")
+    ema_momentum: float = _f(0.0, "Keep an exponential moving average of the trained weights "
+                                  "with this momentum (0.998 averages over about the last "
+                                  "500 steps); validation, best/ and so everything made "
+                                  "from --checkpoint best use the average, while training "
+                                  "and the numbered checkpoints keep the trained weights "
+                                  "(the average saved beside them); 0 = off.")
     beta_1: float = _f(0.9, "Adam beta_1.")
     beta_2: float = _f(0.98, "Adam beta_2.")
     grad_accum_steps: int = _f(1, "Micro-batches accumulated per optimizer step (--grad-accum).")
@@ -534,6 +540,7 @@ class XTTSConfig:
              "training.precision", "must be auto, fp32, mixed_float16 or mixed_bfloat16.")
         need(t.mel_loss in ("l1", "l2", "l1+l2"), "training.mel_loss", "must be l1, l2 or l1+l2.")
         need(t.learning_rate > 0, "training.learning_rate", "must be positive.")
+        need(0 <= t.ema_momentum < 1, "training.ema_momentum", "must be in [0, 1) (0 = off).")
         need(t.grad_accum_steps >= 1, "training.grad_accum_steps", "must be >= 1.")
         need(t.epochs >= 1, "training.epochs", "must be >= 1.")
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")

@@ -1,6 +1,7 @@
 """best/ by a free-running measure (training.select_by text_match): validation decodes its
 sentences free-running and ranks checkpoints by how many read their own text, not by the
-teacher-forced objective; early stopping follows the same measure."""
+teacher-forced objective; early stopping follows the same measure. With training.ema_momentum,
+validation and best/ use the weights' moving average, and training goes on from its own."""
 
 import json
 import os
@@ -11,17 +12,23 @@ import unittest
 import tests.logical_devices  # noqa: F401  (before TensorFlow: two logical CPU devices)
 from tests.logical_devices import PLAN
 from tests.model_helpers import REPO, tiny_config
+from tests.trainer_probes import batch, make_trainer, restored_global_state
+
+import numpy as np
 
 from myxtts.config import ConfigError
 from myxtts.data.pipeline import InputPipeline
+from myxtts.inference.checkpoint_loading import restore_model
 from myxtts.run_directory import step_of as checkpoint_step
+from myxtts.training.optimization import weight_averages
 from myxtts.training.trainer import XTTSTrainer
 
 SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
 
 
-def _config(directory, select_by, sentences=3, patience=0):
+def _config(directory, select_by, sentences=3, patience=0, ema_momentum=0.0):
     config = tiny_config()
+    config.training.ema_momentum = ema_momentum
     config.data.val_fraction = 0.1
     config.training.checkpoint_dir = directory
     config.training.select_by = select_by
@@ -42,9 +49,10 @@ class SelectionTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.work, ignore_errors=True)
 
-    def trainer(self, name, select_by, patience=0):
+    def trainer(self, name, select_by, patience=0, ema_momentum=0.0):
         directory = os.path.join(self.work, name)
-        return XTTSTrainer(_config(directory, select_by, patience=patience),
+        return XTTSTrainer(_config(directory, select_by, patience=patience,
+                                   ema_momentum=ema_momentum),
                            model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
 
     def record(self, trainer, step, text_match, mcd, objective):
@@ -114,9 +122,57 @@ class SelectionTest(unittest.TestCase):
         self.assertEqual(len(seen), len(self.pipeline.items["val"]))
         self.assertEqual(len(set(seen)), len(seen))
 
+    def test_validation_and_best_use_the_moving_average(self):
+        trainer = self.trainer("averaged", "text_match", ema_momentum=0.99)
+        pairs = weight_averages(trainer.optimizer)
+        self.assertEqual(len(pairs), len(trainer.model.trainable_variables))
+        for variable, average in pairs:  # an average unlike the trained weights
+            average.assign(variable + 0.25)
+        trained = [variable.numpy() for variable, _ in pairs]
+        averages = [average.numpy() for _, average in pairs]
+        trainer.validate(self.pipeline)
+        # Training goes on from its own weights; the average is untouched.
+        for (variable, average), value, mean in zip(pairs, trained, averages):
+            np.testing.assert_array_equal(variable.numpy(), value)
+            np.testing.assert_array_equal(average.numpy(), mean)
+        # best/ holds the average as the model's weights: what --checkpoint best loads.
+        best = restore_model(trainer.directory, trainer.checkpoints.best, trainer.config,
+                             self.pipeline.tokenizer)
+        saved = {v.path: v.numpy() for v in best.trainable_variables}
+        for (variable, _), mean in zip(pairs, averages):
+            np.testing.assert_array_equal(saved[variable.path], mean)
+
     def test_text_match_needs_two_sentences(self):
         with self.assertRaisesRegex(ConfigError, "free_running_sentences"):
             _config(os.path.join(self.work, "one"), "text_match", sentences=1)
+
+
+class MovingAverageTest(unittest.TestCase):
+    def test_each_update_moves_the_average_by_its_momentum(self):
+        work = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, work, True)
+        with restored_global_state():
+            trainer = make_trainer(os.path.join(work, "run"), xla=False, ema_momentum=0.75)
+            pairs = weight_averages(trainer.optimizer)
+            trainer.step(batch(seed=1))  # the first update copies the weights
+            for variable, average in pairs:
+                np.testing.assert_allclose(average.numpy(), variable.numpy(), atol=1e-7)
+                average.assign(variable + 1.0)
+            before = [average.numpy() for _, average in pairs]
+            trainer.step(batch(seed=2))
+            for (variable, average), old in zip(pairs, before):
+                np.testing.assert_allclose(average.numpy(),
+                                           0.75 * old + 0.25 * variable.numpy(), atol=1e-6)
+            # A resumed run has the same average.
+            trainer._save()
+            again = make_trainer(os.path.join(work, "run"), xla=False, ema_momentum=0.75)
+            for (_, average), (_, restored) in zip(pairs, weight_averages(again.optimizer)):
+                np.testing.assert_array_equal(average.numpy(), restored.numpy())
+
+    def test_off_by_default(self):
+        self.assertEqual(tiny_config().training.ema_momentum, 0.0)
+        with self.assertRaisesRegex(ConfigError, "ema_momentum"):
+            _config(tempfile.mkdtemp(), "objective", ema_momentum=1.0)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The optimizer: Keras AdamW (default) or Muon, global-norm clipping, weight decay that skips
-norms, biases and embeddings, and a LossScaleOptimizer around it for float16.
+norms, biases and embeddings, an optional moving average of the weights (training.ema_momentum),
+and a LossScaleOptimizer around it for float16.
 
 Call `build_optimizer` inside `tf.device(model_device)`: it BUILDS the optimizer, so every slot,
 the iteration counter, the learning rate and the loss-scale state are created there. (Built
@@ -9,7 +10,7 @@ and XLA then refuses the step with "Trying to access resource ... located in dev
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import keras
 
@@ -30,7 +31,8 @@ def no_decay_variables(model: keras.Model) -> List:
 def build_optimizer(tc: TrainingConfig, model: keras.Model, loss_scaling: bool):
     """A built optimizer for `model.trainable_variables` (LossScaleOptimizer when loss_scaling)."""
     common = dict(learning_rate=build_schedule(tc), weight_decay=tc.weight_decay,
-                  global_clipnorm=tc.clip_norm or None)
+                  global_clipnorm=tc.clip_norm or None, use_ema=tc.ema_momentum > 0,
+                  ema_momentum=tc.ema_momentum or 0.99)
     if tc.optimizer == "muon":
         # Muon uses its AdamW branch for non-2-D weights and embeddings, with adam_weight_decay.
         optimizer = keras.optimizers.Muon(adam_beta_1=tc.beta_1, adam_beta_2=tc.beta_2,
@@ -45,3 +47,14 @@ def build_optimizer(tc: TrainingConfig, model: keras.Model, loss_scaling: bool):
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)
     return optimizer
+
+
+def weight_averages(optimizer) -> List[Tuple]:
+    """(trained variable, its moving average) for every variable `optimizer` updates; [] without
+    training.ema_momentum. The averages are optimizer variables, so checkpoints of the optimizer
+    keep them."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer wraps it
+    if not inner.use_ema:
+        return []
+    # pylint: disable=protected-access
+    return list(zip(inner._trainable_variables, inner._model_variables_moving_average))

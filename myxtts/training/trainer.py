@@ -17,6 +17,7 @@ myxtts.training.mirrored_step.MirroredTrainStep; validation runs on the first mo
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -43,7 +44,7 @@ from myxtts.training.checkpoints import CheckpointStore, checkpoint_step
 from myxtts.training.losses import compute_losses, loss_counts
 from myxtts.training.mirrored_step import MirroredTrainStep
 from myxtts.training.monitoring import Throughput, TrainingMonitor
-from myxtts.training.optimization import build_optimizer
+from myxtts.training.optimization import build_optimizer, weight_averages
 from myxtts.training.step import TrainStep
 from myxtts.training.warm_start import SourceRows, copy_source_weights, training_plan
 
@@ -294,8 +295,32 @@ class XTTSTrainer(Trainer):
     def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
         """Teacher-forced losses over the validation batches and free-running decodes of the
         first training.free_running_sentences; keeps best/ (by training.select_by) and
-        model_info.json up to date. Returns True when early stopping triggers."""
+        model_info.json up to date. Returns True when early stopping triggers. With
+        training.ema_momentum all of it sees (and best/ keeps) the weights' moving average."""
         self._stop_if_nonfinite()
+        with self._averaged_weights():
+            return self._validate(pipeline, monitor)
+
+    @contextlib.contextmanager
+    def _averaged_weights(self):
+        """training.ema_momentum: inside, every trained variable holds its moving average;
+        after, its trained value again (also when validation raises)."""
+        pairs = weight_averages(self.optimizer)
+        if not pairs:
+            yield
+            return
+        with self._model_scope():
+            trained = [tf.identity(variable) for variable, _ in pairs]
+            for variable, average in pairs:
+                variable.assign(average)
+        try:
+            yield
+        finally:
+            with self._model_scope():
+                for (variable, _), value in zip(pairs, trained):
+                    variable.assign(value)
+
+    def _validate(self, pipeline, monitor: Optional[TrainingMonitor]) -> bool:
         for metric in self.val_metrics.values():
             metric.reset_state()
         first = None

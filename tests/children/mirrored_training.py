@@ -102,9 +102,10 @@ def run(distribution, single, mirrored, b):
 
 def fp32(out, workdir, distribution):
     """fp32, global batch of 4 split 2 + 2, global-norm clipping and the alignment loss active
-    (every loss shared by the global counts); two updates, then a NaN
-    in one replica's slice (the whole update is skipped on every replica)."""
-    options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5}
+    (every loss shared by the global counts) and a moving average of the weights (an optimizer
+    variable like the slots); two updates, then a NaN in one replica's slice (the whole update
+    is skipped on every replica)."""
+    options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5, "ema_momentum": 0.9}
     single = make(workdir, distribution, "single", False, **options)
     mirrored = make(workdir, distribution, "mirrored", True, **options)
     mirrored.model.set_weights(single.model.get_weights())
