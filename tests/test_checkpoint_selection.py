@@ -20,6 +20,7 @@ from myxtts.config import ConfigError
 from myxtts.data.pipeline import InputPipeline
 from myxtts.inference.checkpoint_loading import restore_model
 from myxtts.run_directory import step_of as checkpoint_step
+from myxtts.training.checkpoints import CheckpointError
 from myxtts.training.optimization import weight_averages
 from myxtts.training.trainer import XTTSTrainer
 
@@ -168,6 +169,18 @@ class MovingAverageTest(unittest.TestCase):
             again = make_trainer(os.path.join(work, "run"), xla=False, ema_momentum=0.75)
             for (_, average), (_, restored) in zip(pairs, weight_averages(again.optimizer)):
                 np.testing.assert_array_equal(average.numpy(), restored.numpy())
+
+    def test_turning_it_on_for_a_run_saved_without_it_is_a_clear_error(self):
+        work = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, work, True)
+        with restored_global_state():
+            trainer = make_trainer(os.path.join(work, "run"), xla=False)
+            trainer.step(batch(seed=1))
+            saved = trainer._save()
+            with self.assertRaisesRegex(CheckpointError, "training.ema_momentum"):
+                make_trainer(os.path.join(work, "run"), xla=False, ema_momentum=0.9)
+            self.assertEqual(make_trainer(os.path.join(work, "run"), xla=False).global_step, 1)
+            self.assertTrue(os.path.exists(saved + ".index"))
 
     def test_off_by_default(self):
         self.assertEqual(tiny_config().training.ema_momentum, 0.0)

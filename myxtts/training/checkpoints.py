@@ -231,8 +231,9 @@ class CheckpointStore:
                                              f"({damage}).") from None
             raise CheckpointError(
                 f"Cannot restore checkpoint {path}: {_first_line(e)}. It was "
-                f"probably written by a different model configuration (compare its config.yaml "
-                f"with --config). To start from scratch in the same directory, pass "
+                f"probably written by a different model or optimizer configuration (compare "
+                f"its config.yaml with --config: the model fields, training.optimizer, "
+                f"training.ema_momentum). To start from scratch in the same directory, pass "
                 f"--reset-training (the old checkpoints are archived, not deleted).") from None
         return int(self._step_var.numpy())
 
