@@ -184,8 +184,10 @@ class MovingAverageTest(unittest.TestCase):
 
     def test_off_by_default(self):
         self.assertEqual(tiny_config().training.ema_momentum, 0.0)
+        work = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, work, True)
         with self.assertRaisesRegex(ConfigError, "ema_momentum"):
-            _config(tempfile.mkdtemp(), "objective", ema_momentum=1.0)
+            _config(work, "objective", ema_momentum=1.0)
 
 
 if __name__ == "__main__":
