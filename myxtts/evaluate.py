@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="How many held-out sentences (seeded choice; all if fewer).")
     p.add_argument("--seed", type=int, default=0,
                    help="Seed for choosing the sentences and their speaker references.")
+    p.add_argument("--match-among", type=int, default=None,
+                   help="Text-match each output against the recordings of a group of this many "
+                        "sentences (the chosen ones cut into --num // N groups of N or a few "
+                        "more), not against all --num at once: many held-out sentences then "
+                        "give one figure with the chance of N, and its standard error over the "
+                        "groups. Default: one group.")
     p.add_argument("--output", default=None, help="Write the report as JSON to this file.")
     p.add_argument("--recognizer", choices=("auto", "pocketsphinx", "none"), default="auto",
                    help="Word error rate with pocketsphinx (English only): 'auto' when it is "
@@ -70,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args: argparse.Namespace) -> None:
     if args.num < 1:
         raise UsageError(f"--num {args.num}: pass how many sentences to evaluate, 1 or more.")
+    if args.match_among is not None and args.match_among < 2:
+        raise UsageError(f"--match-among {args.match_among}: text-match needs groups of 2 or "
+                         f"more sentences; pass 40 to judge as the trainer's validation does, "
+                         f"or leave it out for one group.")
     check_model_args(args)
     if not os.path.isfile(os.path.join(args.checkpoint_dir, CONFIG_FILE)):
         what = ("does not exist" if not os.path.isdir(args.checkpoint_dir) else
@@ -131,12 +141,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "similarity: %s.", len(picks), sentences.source, sentences.mode,
                 recognizer.name if recognizer else f"not measured ({why_not})",
                 judge.name if judge else f"not measured ({judge_why_not})")
-    rows, cloning = evaluate(synth, picks, recognizer, judge)
+    rows, cloning = evaluate(synth, picks, recognizer, judge, args.match_among)
     summary = summarize(rows)
     report = {"checkpoint": synth.loaded.checkpoint_path,
               "step": step_of(synth.loaded.checkpoint_path),
               "data": os.path.abspath(sentences.data_dir), "sentences_from": sentences.source,
               "mode": sentences.mode, "num": len(rows), "seed": args.seed,
+              "match_among": args.match_among,
               "max_decoder_steps": synth.max_decoder_steps,
               "vocoder": synth.vocoder.name,
               "mcd_coefficients": metrics.MCD_COEFFICIENTS,
@@ -156,6 +167,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if len(rows) < 2:
         print("Text match needs at least 2 sentences (--num 2 or more).")
     else:
+        groups = summary["text_match_groups"]
+        if len(groups) > 1:
+            print(f"Text match in {len(groups)} groups of {min(r['match_among'] for r in rows)}"
+                  f"-{max(r['match_among'] for r in rows)} sentences: "
+                  f"{' '.join(f'{g:.2f}' for g in groups)}; standard error of the mean "
+                  f"{summary['text_match_standard_error']:.3f}.")
         print(f"Text match {summary['text_match']:.2f} free-running; "
               f"{summary['text_match_teacher_forced']:.2f} teacher-forced (the recording's own "
               f"frames fed back: the measure's ceiling for this model); chance "

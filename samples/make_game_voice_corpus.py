@@ -5,6 +5,7 @@ Fish Fillets NG (Debian's fillets-ng-data-nl: Dutch, fillets-ng-data-cs: Czech),
     apt-get install fillets-ng-data-nl fillets-ng-data-cs
     python samples/make_game_voice_corpus.py --out corpora/fillets_nl --language nl --minutes 50
     python samples/make_game_voice_corpus.py --out corpora/fillets_cs --language cs --minutes 50
+    python samples/make_game_voice_corpus.py --out corpora/fillets_nl_rest --language nl --skip-minutes 50 --minutes 200
 
 A script line reads `dialogId("let-m-oko", "font_small", "<English>")` followed by
 `dialogStr("<translation>")`; the recording of that line is sound/<level>/<language>/<id>.ogg.
@@ -12,7 +13,9 @@ The font names the speaker (font_small: the small fish, font_big: the big fish);
 other characters are left out. The recordings are copied as they are (Ogg Vorbis, 22.05 kHz,
 takes with their own silences and levels): whatever real speech needs happens in training.
 Lines whose recordings are shorter than --min-seconds or longer than --max-seconds are left
-out; levels are taken in sorted order until --minutes of speech are written. The corpora are
+out; levels are taken in sorted order until --minutes of speech are written. --skip-minutes M
+leaves out the levels (and the texts) of the corpus --minutes M makes: the third command gives
+the held-out lines a model trained on fillets_nl is judged on. The corpora are
 what docs/results.md's real-speech runs use; they are not committed.
 """
 
@@ -43,6 +46,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--language", default="nl", help="nl or cs (the installed voice pack)")
     parser.add_argument("--minutes", type=float, default=50.0)
+    parser.add_argument("--skip-minutes", type=float, default=0.0,
+                        help="leave out the levels that --minutes SKIP takes, and their texts: "
+                             "held-out lines for judging a model trained on that corpus")
     parser.add_argument("--min-seconds", type=float, default=0.8)
     parser.add_argument("--max-seconds", type=float, default=8.0)
     parser.add_argument("--game", default=GAME, help="where fillets-ng-data is installed")
@@ -53,10 +59,12 @@ def main():
         raise SystemExit(f"No dialogs_{args.language}.lua under {args.game}/script: install "
                          f"fillets-ng-data (and fillets-ng-data-{args.language} for the voices).")
     os.makedirs(os.path.join(args.out, "wavs"), exist_ok=True)
-    rows, seconds, skipped = [], 0.0, {"other speaker": 0, "no recording": 0, "length": 0,
-                                       "no text": 0}
+    rows, seconds, passed, passed_texts = [], 0.0, 0.0, set()
+    skipped = {"other speaker": 0, "no recording": 0, "length": 0, "no text": 0,
+               "text of a skipped level": 0}
     for script in scripts:
         level = os.path.basename(os.path.dirname(script))
+        level_rows, level_seconds = [], 0.0
         for line_id, font, text in script_lines(script):
             if font not in SPEAKERS:
                 skipped["other speaker"] += 1
@@ -72,7 +80,17 @@ def main():
             if not args.min_seconds <= duration <= args.max_seconds:
                 skipped["length"] += 1
                 continue
-            name = f"{level}_{line_id}".replace("-", "_")
+            level_rows.append((f"{level}_{line_id}".replace("-", "_"), audio, text, font,
+                               duration))
+            level_seconds += duration
+        if passed < args.skip_minutes * 60:
+            passed += level_seconds
+            passed_texts.update(row[2].lower() for row in level_rows)
+            continue
+        for name, audio, text, font, duration in level_rows:
+            if text.lower() in passed_texts:
+                skipped["text of a skipped level"] += 1
+                continue
             shutil.copyfile(audio, os.path.join(args.out, "wavs", f"{name}.ogg"))
             rows.append(f"{name}|{text}|{text}|{SPEAKERS[font]}|{args.language}")
             seconds += duration

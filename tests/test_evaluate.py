@@ -35,9 +35,11 @@ from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPL
 
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
              "mcd_others", "text_match", "text_match_chance", "text_match_teacher_forced",
-             "wer_synth",
+             "text_match_groups", "text_match_standard_error", "wer_synth",
              "wer_gt_vocoded", "wer_recording"}
-UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance"} | set(SPEAKER_FIELDS) | {
+UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance", "text_match_groups",
+                              "text_match_standard_error"} | set(SPEAKER_FIELDS) | {
+    "match_group", "match_among",
     "id", "speaker", "text", "reference_id", "reference_audio", "tokens", "gt_frames",
     "synth_frames", "max_frames", "heard_synth", "heard_gt_vocoded", "heard_recording"}
 SPEAKER_SUMMARY_KEYS = {"judge", "not_measured_because", "speakers", "chance", "outputs",
@@ -189,6 +191,30 @@ class EvaluateCliTest(unittest.TestCase):
                          by_speaker["carl"]["reference_id"])
         self.check_speaker_measures(report, stdout, ["carl", "dora"])
 
+    def test_match_among_judges_each_output_within_its_group(self):
+        data = os.path.join(self.tmp, "held_out_groups")
+        write_metadata(data, copy_sample_rows(data, 6))
+        output = os.path.join(self.tmp, "groups.json")
+        code, stdout, stderr = run_quietly([
+            "--checkpoint-dir", self.checkpoint_dir, "--data", data, "--num", "4",
+            "--match-among", "2", "--output", output, "--recognizer", "none",
+            "--speaker-judge", "none", "--max-decoder-steps", str(MAX_DECODER_STEPS),
+            "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
+        self.assertEqual(code, 0, stderr)
+        with open(output, encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertEqual(report["match_among"], 2)
+        rows = report["utterances"]
+        self.assertEqual([u["match_group"] for u in rows], [0, 0, 1, 1])
+        self.assertEqual({u["match_among"] for u in rows}, {2})
+        mean = report["mean"]
+        self.assertEqual(mean["text_match_chance"], 0.5)
+        self.assertEqual(mean["text_match_groups"],
+                         [sum(u["text_match"] for u in rows[g:g + 2]) / 2 for g in (0, 2)])
+        self.assertAlmostEqual(mean["text_match"], sum(mean["text_match_groups"]) / 2)
+        self.assertIsNotNone(mean["text_match_standard_error"])
+        self.assertIn("Text match in 2 groups of 2-2 sentences", stdout)
+
     def test_user_errors_are_one_paragraph_with_status_2(self):
         empty = os.path.join(self.tmp, "empty_data")
         os.makedirs(os.path.join(empty, "wavs"), exist_ok=True)
@@ -198,6 +224,8 @@ class EvaluateCliTest(unittest.TestCase):
                             ignore=shutil.ignore_patterns("model_info.json"))
         cases = [
             (["--checkpoint-dir", self.checkpoint_dir, "--num", "0"], "--num 0"),
+            (["--checkpoint-dir", self.checkpoint_dir, "--match-among", "1"],
+             "--match-among 1"),
             (["--checkpoint-dir", os.path.join(self.tmp, "nope")], "does not exist"),
             (["--checkpoint-dir", self.checkpoint_dir, "--data", empty], "metadata.csv"),
             (["--checkpoint-dir", no_info], "--data DIR"),

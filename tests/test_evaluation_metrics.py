@@ -90,6 +90,16 @@ class TextMatchTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             metrics.text_match(np.zeros((2, 3)))
 
+    def test_groups_of_at_least_among_sentences_in_order(self):
+        groups = metrics.match_groups(617, 40)
+        self.assertEqual(len(groups), 15)
+        self.assertEqual({len(g) for g in groups}, {41, 42})
+        np.testing.assert_array_equal(np.concatenate(groups), np.arange(617))
+        for count, among in ((48, 40), (40, None), (3, 2)):
+            groups = metrics.match_groups(count, among)
+            self.assertEqual(len(groups), 1)
+            np.testing.assert_array_equal(groups[0], np.arange(count))
+
 
 class WordErrorRateTest(unittest.TestCase):
     def test_case_and_punctuation_do_not_count(self):

@@ -50,11 +50,14 @@ SPEAKER_FIELDS = ("cross_speaker", "cross_reference_id", "cross_reference_audio"
 
 
 def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
-             judge: Optional["ResemblyzerJudge"] = None) -> Tuple[List[dict], Optional[dict]]:
+             judge: Optional["ResemblyzerJudge"] = None,
+             match_among: Optional[int] = None) -> Tuple[List[dict], Optional[dict]]:
     """Synthesises every pick free-running and measures it. Returns one dict per utterance and,
     with a `judge` (and picks with cross references), the voice-cloning summary: each text is
     also synthesised with its cross reference, and the judge hears both outputs and the real
-    recordings (speaker_measures.cloning_measures)."""
+    recordings (speaker_measures.cloning_measures). Text-match tells each output from the
+    other sentences of its group (metrics.match_groups(len(picks), match_among)): all of them
+    by default."""
     # pylint: disable=import-outside-toplevel
     from myxtts.data.cache import load_samples
     from myxtts.evaluation.speaker_judge import HeardRecordings
@@ -125,19 +128,28 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
                                                             heard.speakers)
         for row, measured in zip(paired_rows, fields):
             row.update(measured)
+    for number, group in enumerate(metrics.match_groups(len(rows), match_among)):
+        _match_group([rows[i] for i in group], [synth_cepstra[i] for i in group],
+                     [forced_cepstra[i] for i in group], [gt_cepstra[i] for i in group], number)
+    return rows, cloning
+
+
+def _match_group(rows: Sequence[dict], synth_cepstra, forced_cepstra, gt_cepstra,
+                 number: int) -> None:
+    """Text-match, and the DTW MCD to the own and the other recordings, within one group."""
     distances = metrics.dtw_mcd_matrix(synth_cepstra, gt_cepstra)
-    matched = metrics.text_match(distances) if len(rows) > 1 else [None]
+    several = len(rows) > 1
+    matched = metrics.text_match(distances) if several else [None]
     # The measure's ceiling for this model: its teacher-forced outputs (the recording's timing
     # given) matched the same way.
     forced = (metrics.text_match(metrics.dtw_mcd_matrix(forced_cepstra, gt_cepstra))
-              if len(rows) > 1 else [None])
+              if several else [None])
     for i, row in enumerate(rows):
+        row["match_group"], row["match_among"] = number, len(rows)
         row["text_match_teacher_forced"] = None if forced[i] is None else bool(forced[i])
         row["mcd_own"] = float(distances[i, i])
-        row["mcd_others"] = (float(np.mean(np.delete(distances[i], i))) if len(rows) > 1
-                             else None)
+        row["mcd_others"] = float(np.mean(np.delete(distances[i], i))) if several else None
         row["text_match"] = None if matched[i] is None else bool(matched[i])
-    return rows, cloning
 
 
 def summarize(rows: Sequence[dict]) -> dict:
@@ -151,7 +163,15 @@ def summarize(rows: Sequence[dict]) -> dict:
     summary["ended_by_stop"] = float(np.mean([r["ended_by_stop"] for r in rows]))
     summary["text_match"] = mean("text_match")
     summary["text_match_teacher_forced"] = mean("text_match_teacher_forced")
-    summary["text_match_chance"] = 1.0 / len(rows) if len(rows) > 1 else None
+    summary["text_match_chance"] = (float(np.mean([1.0 / r["match_among"] for r in rows]))
+                                    if len(rows) > 1 else None)
+    groups = sorted({r["match_group"] for r in rows})
+    per_group = [float(np.mean([r["text_match"] for r in rows if r["match_group"] == g]))
+                 for g in groups] if len(rows) > 1 else []
+    summary["text_match_groups"] = per_group
+    # The spread of the mean over groups: how far another draw of groups may move the figure.
+    summary["text_match_standard_error"] = (float(np.std(per_group, ddof=1) / np.sqrt(len(groups)))
+                                            if len(groups) > 1 else None)
     words = sum(len(metrics.words(r["text"])) for r in rows)
     for kind in WER_KINDS:
         errors = [r[f"word_errors_{kind}"] for r in rows]

@@ -13,6 +13,7 @@ Mel-cepstral distortion between log10 mels [frames, n_mels] (synthesised vs reco
     dtw_mcd(mel_a, mel_b)              dB, mean along the dynamic-time-warping path
     dtw_mcd_matrix(synth, recorded)    the same between every pair, from mel_cepstra
     text_match(distances [N, N])       is each synthesised sentence nearest its own recording
+    match_groups(N, among)             the groups of sentences text-match judges apart
 
 Word error rate on words lower-cased without punctuation: word_errors, word_error_rate.
 """
@@ -20,7 +21,7 @@ Word error rate on words lower-cased without punctuation: word_errors, word_erro
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -136,6 +137,16 @@ def text_match(distances) -> np.ndarray:
     own = np.diag(d)
     others = np.where(np.eye(len(d), dtype=bool), np.inf, d)
     return own < np.min(others, axis=1)
+
+
+def match_groups(count: int, among: Optional[int] = None) -> List[np.ndarray]:
+    """Indices 0..count-1 cut into consecutive groups that text-match judges apart: one group
+    (every sentence against every other) without `among`, else count // among groups of `among`
+    or a few more sentences each, so that no sentence is told from fewer than among - 1 others
+    (chance 1/among or lower); one group when count < 2 * among."""
+    if among is None or count < 2 * among:
+        return [np.arange(count)]
+    return np.array_split(np.arange(count), count // among)
 
 
 # ---- word error rate ---------------------------------------------------------------------------
