@@ -182,6 +182,12 @@ class ModelConfig:
                                        "aligned frames in training and predicted from the "
                                        "text in decoding, are added to the text the decoder "
                                        "steps read (FastPitch; docs/model.md).")
+    reading_probe: bool = _m(False, "Train a small recogniser beside the model "
+                                    "(models/reading_probe.py): it learns to read the tokens "
+                                    "off the recordings' mels (CTC), and reads the model's "
+                                    "teacher-forced output with its weights frozen, so the "
+                                    "output must carry its line's sounds "
+                                    "(training.reading_loss_weight).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
     prenet_dim: int = _m(256, "Width of the decoder prenet (decoder_input "
                                   "previous_frames).")
@@ -277,6 +283,10 @@ class TrainingConfig:
     prosody_loss_weight: float = _f(0.1, "With model.prosody_features: weight of the prosody "
                                          "predictor's squared error on each token's pitch and "
                                          "energy.")
+    reading_loss_weight: float = _f(1.0, "With model.reading_probe: weight of its CTC losses "
+                                         "(per token, in nats): the probe reading the "
+                                         "recording, which trains the probe, and the probe "
+                                         "reading the postnet output, which trains the model.")
     speaker_contrast_weight: float = _f(0.0, "Weight of the contrastive speaker loss "
                                              "(training/losses.py): the speaker latents of "
                                              "each item's own recording must be nearer those "
@@ -560,6 +570,7 @@ class XTTSConfig:
         need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
              "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")
         need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")
+        need(t.reading_loss_weight >= 0, "training.reading_loss_weight", "must be >= 0.")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
         need(t.free_running_sentences >= (2 if t.select_by == "text_match" else 1),

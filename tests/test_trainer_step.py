@@ -3,7 +3,7 @@ run by tests/logical_devices.py): placement of everything the trainer owns, grad
 accumulation equal to one big batch, non-finite steps skipped and counted (and a streak latching
 the stop flag), frames counted on the device, the fit loop's host-side step counting, float16 and
 bfloat16 steps, Muon, weight-decay exclusions, learning-rate schedules, the auto precision choice,
-update scales, the contrastive speaker loss, the spectral-moment loss.
+update scales, the contrastive speaker loss, the spectral-moment loss, the reading probe.
 
     python -m pytest tests/test_trainer_step.py -v
 """
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from myxtts.config import TrainingConfig  # noqa: E402
-from myxtts.training.losses import moment_loss  # noqa: E402
+from myxtts.training.losses import moment_loss, reading_loss  # noqa: E402
 from myxtts.training.monitoring import TrainingMonitor  # noqa: E402
 from myxtts.training.precision import resolve_precision  # noqa: E402
 from myxtts.training.schedules import build_schedule  # noqa: E402
@@ -348,6 +348,56 @@ class MomentLossTest(TrainerTestCase):
                 trainer.step(b)
         self.assertGreater(float(trainers[2.0].step.loss_metrics["moments"].result()), 0.0)
         self.assertLess(moments(trainers[2.0]), 0.5 * moments(trainers[0.0]))
+
+
+class ReadingProbeTest(TrainerTestCase):
+    def test_the_probe_learns_on_recordings_and_the_model_on_what_the_probe_hears(self):
+        # model.reading_probe: the CTC loss on the recording reaches only the probe; the one
+        # on the postnet output reaches the decoder and the postnet and never the probe's
+        # weights; the compiled step trains the probe to read the batch's tokens.
+        b = batch(size=4, frames=40)
+        trainer = make_trainer(os.path.join(self.workdir, "reading"), {"reading_probe": True},
+                               xla=False, guided_attention_weight=0.0)
+        model = trainer.model
+        parts = {"probe": model.reading_probe, "decoder": model.decoder,
+                 "postnet": model.postnet}
+
+        def gradient_norms(key):
+            with tf.GradientTape() as tape:
+                loss = trainer._losses(b, trainer.step.step, False)[key]
+            variables = [v for part in parts.values() for v in part.trainable_variables]
+            grads, norms, i = tape.gradient(loss, variables), {}, 0
+            for name, part in parts.items():
+                n = len(part.trainable_variables)
+                norms[name] = sum(float(tf.norm(g)) for g in grads[i:i + n] if g is not None)
+                i += n
+            return float(loss), norms
+
+        before, on_recording = gradient_norms("reading")
+        _, on_output = gradient_norms("reading_output")
+        self.assertGreater(on_recording["probe"], 0.0)
+        self.assertEqual(on_recording["decoder"] + on_recording["postnet"], 0.0)
+        self.assertEqual(on_output["probe"], 0.0)
+        self.assertGreater(on_output["decoder"], 0.0)
+        self.assertGreater(on_output["postnet"], 0.0)
+        for _ in range(20):
+            trainer.step(b)
+        self.assertGreater(float(trainer.step.loss_metrics["reading_output"].result()), 0.0)
+        after, _ = gradient_norms("reading")
+        self.assertLess(after, 0.8 * before)
+
+    def test_the_ctc_kernel_and_the_compiled_plain_ops_agree(self):
+        # The CPU path (CTC kernel, sparse labels) and the XLA path (plain ops) give the same
+        # loss; an item with fewer frames than its tokens need is read as far as they allow.
+        rng = np.random.default_rng(0)
+        logits = tf.constant(rng.normal(size=(3, 30, 12)), tf.float32)
+        tokens = tf.constant(rng.integers(1, 12, (3, 8)), tf.int32)
+        token_lengths, mel_lengths = tf.constant([8, 5, 8]), tf.constant([30, 20, 9])
+        kernel = reading_loss(logits, tokens, token_lengths, mel_lengths, dense=False)
+        compiled = tf.function(reading_loss, jit_compile=True)(
+            logits, tokens, token_lengths, mel_lengths, dense=True)
+        self.assertTrue(np.isfinite(float(kernel)))
+        self.assertAlmostEqual(float(kernel), float(compiled), places=3)
 
 
 class DurationsTest(TrainerTestCase):

@@ -23,6 +23,11 @@ Public API (docs/model.md has the diagram and the contracts):
         out["prosody"]     float32 [B, T_text, 2]      each token's pitch and energy from the
                                                        recorded mel over its aligned frames
         out["predicted_prosody"] float32 [B, T_text, 2]  the prosody predictor's
+    with model.reading_probe also (models/reading_probe.py)
+        out["reading_logits"] float32 [B, T_mel, vocab]  the probe's CTC logits on the recorded
+                                                       mel (id 0, padding, is the blank)
+        out["reading_logits_output"] float32 [B, T_mel, vocab]  the same on mel_after, with no
+                                                       gradient into the probe's weights
     model(batch, training=True, contrast_frames=N, contrast_on="recording") also gives
         out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
                                                        item's own mel (the contrastive loss):
@@ -78,6 +83,7 @@ from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   length_mask, modulate, norm_weights, slot_buffer,
                                   window_mask, write_slot)
 from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
+from myxtts.models.reading_probe import PROBE_CHANNELS, ReadingProbe
 
 
 class _FunctionCache:
@@ -228,6 +234,9 @@ class XTTSModel(keras.Model):
                                   if self.by_prosody else None)
         self.prosody_projection = (keras.layers.Dense(config.d_model, name="prosody_projection")
                                    if self.by_prosody else None)
+        self.reading_probe = (ReadingProbe(vocab_size, n_mels, PROBE_CHANNELS,
+                                           name="reading_probe")
+                              if config.reading_probe else None)
         self.seed_generator = keras.random.SeedGenerator(name="dropout_seed")
         self._generate_cache = _FunctionCache()
         self._build_weights()
@@ -294,6 +303,9 @@ class XTTSModel(keras.Model):
                    "text_attention": text_attention,
                    "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32),
                    **reading}
+        if self.reading_probe is not None:
+            outputs["reading_logits"] = self.reading_probe(mel)
+            outputs["reading_logits_output"] = self.reading_probe(mel_after, frozen=True)
         if contrast_frames:
             # the voice of the item's own recording, or of what the model wrote for it, heard
             # by the same speaker encoder

@@ -26,6 +26,10 @@
                                    mel band, its spread over time and its ripple across
                                    neighbouring bands against the recording's (0 when
                                    training.moment_loss_weight is 0: not computed)
+        "reading"                  model.reading_probe: the probe's CTC loss per token on
+                                   the recording (trains the probe; 0 without)
+        "reading_output"           the same on the postnet output, the probe's weights frozen
+                                   (trains the model; 0 without)
         "objective"                mel_loss_weight * mel + postnet_loss_weight * postnet
                                    + stop_loss_weight * stop: what validation ranks checkpoints
                                    and early-stops on (it does not depend on the step)
@@ -35,8 +39,9 @@
                                    + moment_loss_weight * moments
                                    + duration_loss_weight * durations
                                    + aligner_loss_weight * aligner
-                                   + prosody_loss_weight * prosody: the loss that is
-                                   differentiated
+                                   + prosody_loss_weight * prosody
+                                   + reading_loss_weight * (reading + reading_output): the
+                                   loss that is differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
 Under a tf.distribute strategy each replica sees a slice of the global batch, and a mean of
@@ -253,6 +258,31 @@ def moment_loss(prediction: tf.Tensor, target: tf.Tensor, mel_lengths: tf.Tensor
     return tf.reduce_mean(per_item)
 
 
+def reading_loss(logits: tf.Tensor, tokens: tf.Tensor, token_lengths: tf.Tensor,
+                 mel_lengths: tf.Tensor, dense: bool, count=None) -> tf.Tensor:
+    """CTC loss of the reading probe's logits [B, T_mel, vocab] against the tokens (id 0, the
+    padding, is the blank), per token: each item's negative log-likelihood over its token
+    count, averaged over items. `dense` uses TensorFlow's CTC in plain ops, which XLA compiles;
+    otherwise its CTC kernel (sparse labels), which is several times faster on a CPU. An item
+    with too few frames for its tokens (CTC needs one frame a token and one between repeats)
+    is read only as far as its frames allow, never an infinite loss."""
+    mel_lengths = tf.cast(mel_lengths, tf.int32)
+    token_lengths = tf.minimum(tf.cast(token_lengths, tf.int32), (mel_lengths - 1) // 2)
+    tokens = tf.cast(tokens, tf.int32)
+    if dense:
+        per_item = tf.nn.ctc_loss(tokens, logits, token_lengths, mel_lengths,
+                                  logits_time_major=False, blank_index=0)
+    else:
+        labels = tf.sparse.from_dense(tf.where(
+            tf.sequence_mask(token_lengths, tf.shape(tokens)[1]), tokens, 0))
+        per_item = tf.nn.ctc_loss(labels, logits, None, mel_lengths, logits_time_major=False,
+                                  blank_index=0)
+    per_item = per_item / tf.cast(tf.maximum(token_lengths, 1), tf.float32)
+    if count is not None:
+        return tf.reduce_sum(per_item) / tf.maximum(count, 1.0)
+    return tf.reduce_mean(per_item)
+
+
 def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                    training_config: TrainingConfig, step,
                    reduction_factor: int,
@@ -305,6 +335,13 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
             tokens, counts.get("tokens"))
     else:
         losses["prosody"] = tf.constant(0.0)
+    if "reading_logits" in outputs:
+        for key in ("reading", "reading_output"):
+            logits = outputs["reading_logits" if key == "reading" else "reading_logits_output"]
+            losses[key] = reading_loss(logits, batch["tokens"], token_lengths, mel_lengths,
+                                       c.xla, counts.get("items"))
+    else:
+        losses["reading"] = losses["reading_output"] = tf.constant(0.0)
     losses["objective"] = (c.mel_loss_weight * losses["mel"]
                            + c.postnet_loss_weight * losses["postnet"]
                            + c.stop_loss_weight * losses["stop"])
@@ -315,5 +352,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                        + c.moment_loss_weight * losses["moments"]
                        + c.duration_loss_weight * losses["durations"]
                        + c.aligner_loss_weight * losses["aligner"]
-                       + c.prosody_loss_weight * losses["prosody"])
+                       + c.prosody_loss_weight * losses["prosody"]
+                       + c.reading_loss_weight * (losses["reading"] + losses["reading_output"]))
     return losses

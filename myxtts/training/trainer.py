@@ -53,7 +53,7 @@ logger = logging.getLogger("myxtts.training")
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
               "guided_attention_weight", "alignment", "speaker_contrast", "moments",
-              "durations", "aligner", "prosody")
+              "durations", "aligner", "prosody", "reading", "reading_output")
 
 
 def _distinct_rows(batch: Batch) -> int:
