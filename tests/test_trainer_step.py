@@ -385,6 +385,14 @@ class ReadingProbeTest(TrainerTestCase):
         self.assertGreater(float(trainer.step.loss_metrics["reading_output"].result()), 0.0)
         after, _ = gradient_norms("reading")
         self.assertLess(after, 0.8 * before)
+        # The trained probe is in the checkpoint, as every other weight: a fresh model restores it.
+        prefix = tf.train.Checkpoint(model=model).write(os.path.join(self.workdir, "probe"))
+        fresh = make_trainer(os.path.join(self.workdir, "reading_fresh"),
+                             {"reading_probe": True}, xla=False).model
+        tf.train.Checkpoint(model=fresh).read(prefix).assert_existing_objects_matched()
+        self.assertEqual(len(fresh.reading_probe.weights), 8)
+        for trained, restored in zip(model.reading_probe.weights, fresh.reading_probe.weights):
+            np.testing.assert_array_equal(trained.numpy(), restored.numpy())
 
     def test_the_ctc_kernel_and_the_compiled_plain_ops_agree(self):
         # The CPU path (CTC kernel, sparse labels) and the XLA path (plain ops) give the same

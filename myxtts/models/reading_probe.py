@@ -29,14 +29,14 @@ class ReadingProbe(keras.layers.Layer):
     def __init__(self, vocab_size: int, n_mels: int, channels: int, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size, self.n_mels, self.channels = vocab_size, n_mels, channels
-        self.kernels, self.biases = [], []
+        # One attribute per weight: a checkpoint finds weights by attribute, not in lists.
         width = n_mels
         for i, _ in enumerate(PROBE_DILATIONS):
-            self.kernels.append(self.add_weight(
+            setattr(self, f"conv{i}_kernel", self.add_weight(
                 shape=(PROBE_KERNEL, width, channels), initializer="he_normal",
                 name=f"conv{i}_kernel"))
-            self.biases.append(self.add_weight(shape=(channels,), initializer="zeros",
-                                               name=f"conv{i}_bias"))
+            setattr(self, f"conv{i}_bias", self.add_weight(
+                shape=(channels,), initializer="zeros", name=f"conv{i}_bias"))
             width = channels
         self.out_kernel = self.add_weight(shape=(channels, vocab_size),
                                           initializer="glorot_uniform", name="out_kernel")
@@ -51,7 +51,8 @@ class ReadingProbe(keras.layers.Layer):
         # Each frame's bands centred: the probe reads the spectral shape, not the level.
         x = tf.cast(mel, self.compute_dtype)
         x = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        for kernel, bias, dilation in zip(self.kernels, self.biases, PROBE_DILATIONS):
+        for i, dilation in enumerate(PROBE_DILATIONS):
+            kernel, bias = getattr(self, f"conv{i}_kernel"), getattr(self, f"conv{i}_bias")
             x = tf.nn.relu(tf.nn.conv1d(x, weight(kernel), stride=1, padding="SAME",
                                         dilations=dilation) + weight(bias))
         logits = tf.matmul(x, weight(self.out_kernel)) + weight(self.out_bias)
