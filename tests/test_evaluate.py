@@ -77,15 +77,20 @@ class EvaluateCliTest(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def test_the_report_has_every_measure_and_never_uses_the_sentence_as_reference(self):
-        output = os.path.join(self.tmp, "report.json")
+    def report_of(self, name, *argv):
+        """myxtts-evaluate on the test run with the test's decode limits, no recogniser and
+        `argv`: its JSON report (written to `name`) and what it printed."""
+        output = os.path.join(self.tmp, name)
         code, stdout, stderr = run_quietly([
-            "--checkpoint-dir", self.checkpoint_dir, "--num", "3", "--output", output,
+            "--checkpoint-dir", self.checkpoint_dir, *argv, "--output", output,
             "--recognizer", "none", "--max-decoder-steps", str(MAX_DECODER_STEPS),
             "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
         self.assertEqual(code, 0, stderr)
         with open(output, encoding="utf-8") as f:
-            report = json.load(f)
+            return json.load(f), stdout
+
+    def test_the_report_has_every_measure_and_never_uses_the_sentence_as_reference(self):
+        report, stdout = self.report_of("report.json", "--num", "3")
         self.assertEqual(report["num"], 3)
         self.assertTrue(report["checkpoint"].endswith("ckpt-1"))
         self.assertEqual(report["step"], 1)
@@ -194,15 +199,8 @@ class EvaluateCliTest(unittest.TestCase):
     def test_match_among_judges_each_output_within_its_group(self):
         data = os.path.join(self.tmp, "held_out_groups")
         write_metadata(data, copy_sample_rows(data, 6))
-        output = os.path.join(self.tmp, "groups.json")
-        code, stdout, stderr = run_quietly([
-            "--checkpoint-dir", self.checkpoint_dir, "--data", data, "--num", "4",
-            "--match-among", "2", "--output", output, "--recognizer", "none",
-            "--speaker-judge", "none", "--max-decoder-steps", str(MAX_DECODER_STEPS),
-            "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
-        self.assertEqual(code, 0, stderr)
-        with open(output, encoding="utf-8") as f:
-            report = json.load(f)
+        report, stdout = self.report_of("groups.json", "--data", data, "--num", "4",
+                                        "--match-among", "2", "--speaker-judge", "none")
         self.assertEqual(report["match_among"], 2)
         rows = report["utterances"]
         self.assertEqual([u["match_group"] for u in rows], [0, 0, 1, 1])
