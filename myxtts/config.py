@@ -659,16 +659,15 @@ def _coerce(value: Any, tp, key: str, source: str) -> Any:
 
 
 def _suggestion(dotted: str, known: List[str]) -> str:
-    """" (did you mean `x`?)" for a misspelled key: the closest key of its section, or the same
-    key in another section; "" when nothing is close."""
+    """" (did you mean `x`?)" for a misplaced or misspelled key: the same key in another
+    section (an exact name is the surer guess), else the closest key of its section; "" when
+    nothing is close."""
     section, _, key = dotted.partition(".")
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean `{close[0]}`?)"
     for other, section_type in typing.get_type_hints(XTTSConfig).items():
         if other != section and key in {f.name for f in dataclasses.fields(section_type)}:
             return f" (did you mean `{other}.{key}`, in the {other} section?)"
-    return ""
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _set_field(section, dotted: str, key: str, value: Any, source: str) -> None:
