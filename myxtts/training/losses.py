@@ -263,9 +263,10 @@ def reading_loss(logits: tf.Tensor, tokens: tf.Tensor, token_lengths: tf.Tensor,
     """CTC loss of the reading probe's logits [B, T_mel, vocab] against the tokens (id 0, the
     padding, is the blank), per token: each item's negative log-likelihood over its token
     count, averaged over items. `dense` uses TensorFlow's CTC in plain ops, which XLA compiles;
-    otherwise its CTC kernel (sparse labels), which is several times faster on a CPU. An item
-    with too few frames for its tokens (CTC needs one frame a token and one between repeats)
-    is read only as far as its frames allow, never an infinite loss."""
+    otherwise its CTC kernel (sparse labels), 23x faster on 2 CPU cores
+    (benchmarks/bench_reading_loss.py). An item with too few frames for its tokens (CTC needs
+    one frame a token and one between repeats) is read only as far as its frames allow, never
+    an infinite loss."""
     mel_lengths = tf.cast(mel_lengths, tf.int32)
     token_lengths = tf.minimum(tf.cast(token_lengths, tf.int32), (mel_lengths - 1) // 2)
     tokens = tf.cast(tokens, tf.int32)
