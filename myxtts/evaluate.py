@@ -174,8 +174,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{' '.join(f'{g:.2f}' for g in groups)}; standard error of the mean "
                   f"{summary['text_match_standard_error']:.3f}.")
         print(f"Text match {summary['text_match']:.2f} free-running; "
-              f"{summary['text_match_teacher_forced']:.2f} teacher-forced (the recording's own "
-              f"frames fed back: the measure's ceiling for this model); chance "
+              f"{summary['text_match_teacher_forced']:.2f} teacher-forced (fed the recording's "
+              f"own frames, so its timing given); chance "
               f"{summary['text_match_chance']:.2f}.")
     if cloning:
         print(f"Speaker similarity ({sentences.mode}, {len(cloning['speakers'])} speakers) by "

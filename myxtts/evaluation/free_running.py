@@ -140,8 +140,8 @@ def _match_group(rows: Sequence[dict], synth_cepstra, forced_cepstra, gt_cepstra
     distances = metrics.dtw_mcd_matrix(synth_cepstra, gt_cepstra)
     several = len(rows) > 1
     matched = metrics.text_match(distances) if several else [None]
-    # The measure's ceiling for this model: its teacher-forced outputs (the recording's timing
-    # given) matched the same way.
+    # What the measure gives this model with the recording's timing and frames: its
+    # teacher-forced outputs matched the same way.
     forced = (metrics.text_match(metrics.dtw_mcd_matrix(forced_cepstra, gt_cepstra))
               if several else [None])
     for i, row in enumerate(rows):
