@@ -206,6 +206,16 @@ class ModelConfig:
                                   "first teacher-forced pass without gradient) instead of the "
                                   "recorded frames: parallel scheduled sampling, so training "
                                   "sees the inputs decoding gives. Costs a forward pass.")
+    voice_dropout: float = _f(0.0, "Training only: the share of items whose voice (the "
+                                   "perceiver's speaker latents, not the reference spectrum) "
+                                   "is replaced by the null voice (zeros), so the model also "
+                                   "learns to speak without one: what model.voice_guidance "
+                                   "decodes against.")
+    voice_guidance: float = _f(0.0, "Decoding: each step's frames are pushed away from what "
+                                    "the model writes with the null voice, frames + w * "
+                                    "(frames - null-voice frames) (classifier-free guidance "
+                                    "on the voice; the decode runs every item twice). Needs a "
+                                    "model trained with model.voice_dropout; 0 = off.")
     max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
                                        "are refused with a hint to split them).")
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
@@ -528,6 +538,8 @@ class XTTSConfig:
              "warps what data.voice_warp warps, which is 0 (off): set data.voice_warp "
              "(e.g. 0.15) or leave voice_warp_envelope false.")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
+        need(0 <= m.voice_dropout < 1, "model.voice_dropout", "must be in [0, 1).")
+        need(m.voice_guidance >= 0, "model.voice_guidance", "must be 0 (off) or more.")
         need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
              f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")
         need(m.decoder_input in DECODER_INPUTS, "model.decoder_input",

@@ -269,6 +269,8 @@ class XTTSModel(keras.Model):
         latents, spectrum = self.split_latents(self.speaker_encoder(
             batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32), seed=fold_seed(seed, 1),
             training=training))
+        voice = latents
+        latents = self._drop_voices(latents, fold_seed(seed, 6), training)
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
         text_mask = key_padding_mask(token_lengths, tf.shape(tokens)[1])
@@ -301,7 +303,7 @@ class XTTSModel(keras.Model):
                    "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
                                                 axis=1),
                    "text_attention": text_attention,
-                   "speaker_embedding": tf.cast(tf.reduce_mean(latents, axis=1), tf.float32),
+                   "speaker_embedding": tf.cast(tf.reduce_mean(voice, axis=1), tf.float32),
                    **reading}
         if self.reading_probe is not None:
             outputs["reading_logits"] = self.reading_probe(mel)
@@ -318,6 +320,15 @@ class XTTSModel(keras.Model):
             outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
                                                           tf.float32)
         return outputs
+
+    def _drop_voices(self, latents, seed, training):
+        """Training with model.voice_dropout: each item's perceiver latents [B, L, d] replaced
+        by the null voice (zeros) at that rate, one draw per item."""
+        rate = self.config.voice_dropout
+        if not training or seed is None or rate <= 0.0:
+            return latents
+        kept = tf.random.stateless_uniform([tf.shape(latents)[0], 1, 1], seed) >= rate
+        return latents * tf.cast(kept, latents.dtype)
 
     def _durations(self, batch, voiced_text, seed, training) -> Dict[str, tf.Tensor]:
         """model.text_alignment durations, teacher forced: the aligner's log P(token | frame)
