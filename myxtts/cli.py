@@ -141,6 +141,10 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                         "such as ckpt-200 (absolute, or inside --checkpoint-dir).")
     p.add_argument("--max-decoder-steps", type=int, default=None,
                    help="Longest decode in decoder steps (default: model.max_decoder_steps).")
+    p.add_argument("--voice-guidance", type=float, default=None,
+                   help="Push each decoded frame away from the model's null voice: frames + W "
+                        "* (frames - null-voice frames), e.g. 1.0 (default: the run's "
+                        "model.voice_guidance; needs a run trained with model.voice_dropout).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations (more = cleaner phase, slower); used without "
                         "--vocoder-dir.")
@@ -159,6 +163,8 @@ def check_model_args(args: argparse.Namespace) -> None:
     """UsageError for model-loading flags that cannot work, before TensorFlow is imported."""
     if args.max_decoder_steps is not None and args.max_decoder_steps < 1:
         raise UsageError(f"--max-decoder-steps {args.max_decoder_steps} must be 1 or more.")
+    if args.voice_guidance is not None and args.voice_guidance < 0:
+        raise UsageError(f"--voice-guidance {args.voice_guidance} must be 0 (off) or more.")
     if args.griffin_lim_iters < 1:
         raise UsageError(f"--griffin-lim-iters {args.griffin_lim_iters} must be 1 or more.")
     if getattr(args, "vocoder_checkpoint", None) and not args.vocoder_dir:
@@ -185,7 +191,7 @@ def load_synthesizer(args: argparse.Namespace):
                    f"{args.checkpoint or 'latest'}: pass the folder train_main.py wrote and "
                    f"'latest', 'best' or a ckpt-N.)", CheckpointNotFoundError,
                    CheckpointMismatchError):
-        loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint)
+        loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint, args.voice_guidance)
     vocoder_dir = getattr(args, "vocoder_dir", None)
     vocoder = None
     if vocoder_dir:

@@ -540,6 +540,10 @@ class XTTSConfig:
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
         need(0 <= m.voice_dropout < 1, "model.voice_dropout", "must be in [0, 1).")
         need(m.voice_guidance >= 0, "model.voice_guidance", "must be 0 (off) or more.")
+        need(m.voice_guidance == 0 or m.voice_dropout > 0, "model.voice_guidance",
+             "decodes against the null voice, which a model learns only with "
+             "model.voice_dropout > 0 (e.g. 0.1); this run trained without it: leave "
+             "voice_guidance at 0.")
         need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
              f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")
         need(m.decoder_input in DECODER_INPUTS, "model.decoder_input",

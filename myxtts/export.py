@@ -56,7 +56,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from myxtts.exporters.registry import exporter
         export = exporter(args.format)
     common = dict(checkpoint=args.checkpoint, max_decoder_steps=args.max_decoder_steps,
-                  vocoder_dir=args.vocoder_dir, vocoder_checkpoint=args.vocoder_checkpoint)
+                  vocoder_dir=args.vocoder_dir, vocoder_checkpoint=args.vocoder_checkpoint,
+                  voice_guidance=args.voice_guidance)
     if args.format != "tf_serving":
         result = export(args.checkpoint_dir, export_dir, quantize=args.quantize, **common)
         print(f"Exported version {result.version} to {result.path} in {result.seconds:.1f} s")

@@ -56,6 +56,17 @@ class ConfigTest(unittest.TestCase):
         with self.assertRaisesRegex(ConfigError, "model.d_model"):
             XTTSConfig.from_yaml(_write("model:\n  d_model: 30\n  num_heads: 4\n"))
 
+    def test_voice_guidance_needs_a_model_trained_with_the_null_voice(self):
+        with self.assertRaisesRegex(ConfigError, "model.voice_guidance decodes against the "
+                                                 "null voice"):
+            XTTSConfig.from_yaml(_write("model:\n  voice_guidance: 1.0\n"))
+        config = XTTSConfig.from_yaml(_write("model:\n  voice_dropout: 0.1\n"))
+        with self.assertRaisesRegex(ConfigError, "--voice-guidance must be 0 .off. or more"):
+            config.override({"model.voice_guidance": -1.0},
+                            names={"model.voice_guidance": "--voice-guidance"})
+        config.override({"model.voice_guidance": 2.0})
+        self.assertEqual(config.model.voice_guidance, 2.0)
+
     def test_aligned_text_needs_durations_and_no_frame_feeding(self):
         with self.assertRaisesRegex(ConfigError, "aligned_text needs model.text_alignment"):
             XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"))

@@ -258,6 +258,69 @@ class ReferenceSpectrumTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
+class VoiceGuidanceTest(unittest.TestCase):
+    """model.voice_dropout trains some items with the null voice; model.voice_guidance decodes
+    every item twice, with its voice and with the null voice, and pushes the frames away from
+    the null voice's."""
+
+    def test_items_trained_with_the_null_voice_do_not_hear_their_reference(self):
+        tf.random.set_seed(0)
+        config = tiny_config(voice_dropout=0.5)
+        model = tiny_model(config)
+        items = 8
+        b = random_batch(config, token_lengths=(7,) * items, mel_lengths=(12,) * items,
+                         ref_lengths=(10,) * items)
+        b["dropout_seed"] = tf.constant([3, 4], tf.int32)
+        other = dict(b, ref_mel=b["ref_mel"] + tf.random.normal(tf.shape(b["ref_mel"]), seed=2))
+
+        def changed(training):
+            first = model(b, training=training)
+            second = model(other, training=training)
+            mel = np.abs(first["mel_before"] - second["mel_before"]).max(axis=(1, 2))
+            voice = np.abs(first["speaker_embedding"] - second["speaker_embedding"]).max(axis=1)
+            return mel > 1e-4, voice > 1e-4
+
+        heard, voice = changed(training=True)
+        self.assertTrue(voice.all())  # the speaker embedding (contrastive loss) is the voice's
+        self.assertGreater(heard.sum(), 0)
+        self.assertGreater(items - heard.sum(), 0)  # some items trained with the null voice
+        heard, _ = changed(training=False)
+        self.assertTrue(heard.all())  # never outside training
+
+    def test_guided_frames_leave_the_null_voice_and_the_cache_equals_recompute(self):
+        tf.random.set_seed(0)
+        w = 1.5
+        config = tiny_config(voice_dropout=0.1, voice_guidance=w, reference_spectrum=True,
+                             d_model=48, decode_attention_window=0)
+        model = tiny_model(config)
+        b = random_batch(config, token_lengths=(7, 5))
+        latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        rows = config.model.num_speaker_latents
+        null = tf.concat([tf.zeros_like(latents[:, :rows]), latents[:, rows:]], axis=1)
+        text = (b["tokens"], b["token_lengths"], b["language_ids"])
+
+        def first_step(voice):
+            return model.decode_steps(model.start_decode(*text, voice, 4), 1, 0.99999).frames[0]
+
+        guided = first_step(latents).numpy()
+        self.assertEqual(guided.shape[0], 4)  # every item twice
+        np.testing.assert_array_equal(guided[:2], guided[2:])
+        model.config.voice_guidance = 0.0
+        try:
+            voiced, unvoiced = first_step(latents).numpy(), first_step(null).numpy()
+            plain = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999)
+        finally:
+            model.config.voice_guidance = w
+        np.testing.assert_allclose(guided[:2], voiced + w * (voiced - unvoiced), atol=1e-4)
+        cached = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999)
+        full = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999,
+                              use_cache=False)
+        self.assertEqual(cached["mel"].shape, plain["mel"].shape)
+        self.assertEqual(cached["mel_lengths"].shape, (2,))
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        self.assertGreater(_max_diff(cached["mel"], plain["mel"]), 1e-3)
+
+
 class FrameDropoutTest(unittest.TestCase):
     """model.frame_dropout: in training, whole decoder step inputs become the zero go-frame."""
 

@@ -87,10 +87,15 @@ def _unreachable_weights(root, model: keras.Model) -> List[str]:
     return [v.path for v in model.weights if id(v) not in reachable]
 
 
-def load_checkpoint(directory: str, checkpoint: Optional[str] = None) -> LoadedCheckpoint:
-    """Builds the model from config.yaml/vocab.json in float32 and restores its weights."""
+def load_checkpoint(directory: str, checkpoint: Optional[str] = None,
+                    voice_guidance: Optional[float] = None) -> LoadedCheckpoint:
+    """Builds the model from config.yaml/vocab.json in float32 and restores its weights;
+    `voice_guidance` (the --voice-guidance flag) replaces the run's model.voice_guidance."""
     path = resolve_checkpoint(directory, checkpoint)
     config = XTTSConfig.from_yaml(os.path.join(directory, CONFIG_FILE))
+    config.override({"model.voice_guidance": voice_guidance},
+                    source=os.path.join(directory, CONFIG_FILE),
+                    names={"model.voice_guidance": "--voice-guidance"})
     tokenizer = Tokenizer.load(os.path.join(directory, VOCAB_FILE))
     # Inference runs in float32 whatever precision trained the model (its variables are float32
     # in every policy, so the checkpoint fits).

@@ -105,8 +105,9 @@ class DecodeState(NamedTuple):
     """Everything an autoregressive decode carries from one step to the next
     (`XTTSModel.start_decode` → `decode_steps` → ... → `decoded`). Every field is a tensor or a
     tuple of tensors, so a state passes through tf.while_loop, between tf.function calls and
-    through SavedModel signatures. S = the decode's maximum steps, B = items, T = text tokens,
-    H heads of Dh dimensions, r = model.reduction_factor."""
+    through SavedModel signatures. S = the decode's maximum steps, B = items (with
+    model.voice_guidance each item twice, voiced then with the null voice: `_guided_items`),
+    T = text tokens, H heads of Dh dimensions, r = model.reduction_factor."""
 
     step: tf.Tensor  # int32 []: decoder steps run so far (the next slot written)
     frames: tf.Tensor  # float32 [S, B, r * n_mels]: each step's frames before the postnet
@@ -390,7 +391,7 @@ class XTTSModel(keras.Model):
         if jit_compile and not use_cache:
             raise ValueError("The full-recompute path grows its input each step and cannot be "
                              "XLA-compiled; use use_cache=True with jit_compile=True.")
-        key = (max_steps, threshold, use_cache, jit_compile)
+        key = (max_steps, threshold, use_cache, jit_compile, self.config.voice_guidance)
         fn = self._generate_cache.functions.get(key)
         if fn is None:
             fn = tf.function(functools.partial(self.decode, max_steps=max_steps,
@@ -427,8 +428,8 @@ class XTTSModel(keras.Model):
         cross-attention and allocates the buffers of a decode of at most `max_steps` steps;
         no step is run yet."""
         r, n = self.reduction_factor, self.n_mels
-        tokens = tf.convert_to_tensor(tokens, tf.int32)
-        token_lengths = tf.cast(token_lengths, tf.int32)
+        tokens, token_lengths, language_ids, latents = self._guided_items(
+            tokens, token_lengths, language_ids, latents)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
         latents, spectrum = self.split_latents(tf.cast(latents, self.compute_dtype))
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
@@ -502,6 +503,7 @@ class XTTSModel(keras.Model):
             frames, stop = self.decoder.step_heads(
                 modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
+            frames, stop, align = self._guide(frames, stop, align)
             s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
@@ -524,12 +526,41 @@ class XTTSModel(keras.Model):
         decoded so far (stopped False)."""
         r, n = self.reduction_factor, self.n_mels
         capacity = state.frames.shape[0] or tf.shape(state.frames)[0]
+        if self.config.voice_guidance > 0:
+            state = _voiced_half(state)
         b = tf.shape(state.frames)[1]
         lengths = tf.where(state.done, state.lengths, state.step * r)
         mel_before = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), [b, capacity * r, n])
         return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
                 "alignments": tf.transpose(state.alignments, [1, 0, 2]),
                 "stopped": state.by_stop}
+
+    def _guided_items(self, tokens, token_lengths, language_ids, latents):
+        """The items a decode runs: as given, or with model.voice_guidance each item twice, B
+        with their voice and then the same B with the null voice (the perceiver's latents
+        zero, the reference spectrum kept: the model's `voice_dropout` in training)."""
+        tokens = tf.convert_to_tensor(tokens, tf.int32)
+        token_lengths = tf.cast(token_lengths, tf.int32)
+        language_ids = tf.cast(language_ids, tf.int32)
+        if self.config.voice_guidance <= 0:
+            return tokens, token_lengths, language_ids, latents
+        latents = tf.convert_to_tensor(latents)
+        null = tf.concat([tf.zeros_like(latents[:, :self.config.num_speaker_latents]),
+                          latents[:, self.config.num_speaker_latents:]], axis=1)
+        return (_twice(tokens), _twice(token_lengths), _twice(language_ids),
+                tf.concat([latents, null], axis=0))
+
+    def _guide(self, frames, stop, align):
+        """One decode step's frames [2B, r*n] (relative to the reference spectrum), stop
+        logits and text attention under model.voice_guidance w: frames + w * (frames -
+        null-voice frames) for both halves, so each item's two decodes continue the same
+        frames; the stop and attention of the voiced half. Without guidance, as given."""
+        w = self.config.voice_guidance
+        if w <= 0:
+            return frames, stop, align
+        voiced, null = tf.split(frames, 2, axis=0)
+        return (_twice(voiced + w * (voiced - null)), _twice(_first_half(stop)),
+                _twice(_first_half(align)))
 
     def _step_text_mask(self, state: "DecodeState") -> tf.Tensor:
         """The tokens step `state.step` may attend to, [B, 1, 1, T]: with durations, the tokens
@@ -579,9 +610,9 @@ class XTTSModel(keras.Model):
         state = self.start_decode(tokens, token_lengths, language_ids, latents, max_steps)
         r = self.reduction_factor
         stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
-        text = self.text_encoder(tf.convert_to_tensor(tokens, tf.int32),
-                                 tf.cast(token_lengths, tf.int32),
-                                 tf.cast(language_ids, tf.int32))
+        tokens, token_lengths, language_ids, latents = self._guided_items(
+            tokens, token_lengths, language_ids, latents)
+        text = self.text_encoder(tokens, token_lengths, language_ids)
         latents, _ = self.split_latents(tf.cast(latents, self.compute_dtype))
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
         aligned = (self._aligned_step_inputs(state.text, state.token_ends,
@@ -599,6 +630,7 @@ class XTTSModel(keras.Model):
             frames, stop, weights = self.decoder(step_inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
+            frames, stop, align = self._guide(frames, stop, align)
             s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             if aligned is None:
                 inputs = tf.concat([inputs, frames[:, None]], axis=1)
@@ -630,6 +662,25 @@ class XTTSModel(keras.Model):
 def _token_lengths(state: DecodeState) -> tf.Tensor:
     """int32 [B]: the text tokens of each item of a decode."""
     return tf.reduce_sum(tf.cast(state.text_mask[:, 0, 0], tf.int32), axis=-1)
+
+
+def _voiced_half(state: DecodeState) -> DecodeState:
+    """The first half of the items of a model.voice_guidance decode (the voiced ones), with
+    the fields `decoded` reads."""
+    return state._replace(frames=_first_half(state.frames, 1),
+                          alignments=_first_half(state.alignments, 1),
+                          done=_first_half(state.done), lengths=_first_half(state.lengths),
+                          by_stop=_first_half(state.by_stop))
+
+
+def _twice(x: tf.Tensor) -> tf.Tensor:
+    """x with its items (axis 0) repeated as a second half."""
+    return tf.concat([x, x], axis=0)
+
+
+def _first_half(x: tf.Tensor, axis: int = 0) -> tf.Tensor:
+    """The first half of x along `axis` (the items)."""
+    return tf.split(x, 2, axis=axis)[0]
 
 
 def _shift(mel, spectrum, sign: float):
