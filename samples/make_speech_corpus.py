@@ -27,7 +27,9 @@ four espeak-ng variants the inventory leaves out), for judging a recipe that was
 held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`.
 --second-outside-set also writes <out>_outside2: six more espeak-ng variants that no other set
 uses, with the held-out texts after the other sets', for judging a recipe again once the
-outside set has been looked at while choosing it. Every
+outside set has been looked at while choosing it; --third-outside-set writes <out>_outside3,
+six more (espeak-ng's one remaining female variant unlike any training voice and five male
+ones), for when outside2 has been looked at too. Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
 """
@@ -65,6 +67,12 @@ OUTSIDE2_VOICES = [("espeak", "en-us", "Annie", True), ("espeak", "en-gb-x-gbcla
                    ("espeak", "en-gb-x-gbcwmd", "f3", True), ("espeak", "en-gb-x-rp", "m1", False),
                    ("espeak", "en-us-nyc", "john", False),
                    ("espeak", "en-gb-scotland", "caleb", False)]
+# --third-outside-set: six more variants nothing else uses (`grandma` is the one female variant
+# left that is no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2).
+OUTSIDE3_VOICES = [("espeak", "en-029", "grandma", True), ("espeak", "en", "m6", False),
+                   ("espeak", "en-gb-x-gbcwmd", "Mike", False),
+                   ("espeak", "en-us", "gustave", False), ("espeak", "en-gb-x-rp", "Storm", False),
+                   ("espeak", "en-us-nyc", "Marco", False)]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 
@@ -218,6 +226,10 @@ def many_voices(args, tmp: str) -> None:
         sets.append((f"{args.out}_outside2", "outside2",
                      [Voice(*spec) for spec in OUTSIDE2_VOICES], held_lines,
                      dict(per_voice=args.held_out_utterances)))
+    if args.third_outside_set:
+        sets.append((f"{args.out}_outside3", "outside3",
+                     [Voice(*spec) for spec in OUTSIDE3_VOICES], held_lines,
+                     dict(per_voice=args.held_out_utterances)))
     table = []
     for out, label, voices, lines, budget in sets:
         got = write_corpus(out, voices, lines, args.prefix, tmp, **budget)
@@ -257,9 +269,14 @@ def main():
     many.add_argument("--second-outside-set", action="store_true",
                       help="also <out>_outside2 (texts after the other sets'): six more espeak-ng "
                            "variants nothing else uses (above)")
+    many.add_argument("--third-outside-set", action="store_true",
+                      help="also <out>_outside3 (texts after outside2's): six more espeak-ng "
+                           "variants nothing else uses (above)")
     args = parser.parse_args()
-    if (args.outside_set or args.second_outside_set) and not args.many_voices:
-        parser.error("--outside-set and --second-outside-set are sets of the many-voice mode: "
+    if (args.outside_set or args.second_outside_set or args.third_outside_set) \
+            and not args.many_voices:
+        parser.error("--outside-set, --second-outside-set and --third-outside-set are sets of "
+                     "the many-voice mode: "
                      "add --many-voices (and --out for the training corpus they go beside).")
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
