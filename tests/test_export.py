@@ -202,6 +202,33 @@ class ReferenceSpectrumSignaturesTest(unittest.TestCase):
         np.testing.assert_allclose(state["frames"], own.frames, atol=1e-4)
 
 
+class VoiceGuidanceSignaturesTest(unittest.TestCase):
+    """A model.voice_guidance model serves its guided decode (every item twice inside the
+    state) through the signatures, giving the model's own mel."""
+
+    def test_the_served_decode_is_the_models_guided_decode(self):
+        tf.random.set_seed(0)
+        config = tiny_inference_config("unused").override(
+            {"model.voice_dropout": 0.1, "model.voice_guidance": 2.0}, source="test")
+        tokenizer = Tokenizer(list("abc"), "basic")
+        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                          config.data.n_mels)
+        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
+                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
+        signatures = module.signatures()
+        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
+        latents = signatures["speaker_latents"](
+            reference_mel=ref, reference_lengths=tf.constant([30]))["speaker_latents"]
+        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
+                      language_ids=tf.constant([0]))
+        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
+        own = model.generate(*tokens.values(), latents, max_steps=6)
+        self.assertEqual(int(served["mel_lengths"][0]), int(own["mel_lengths"][0]))
+        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
+        state = signatures["decode_start"](speaker_latents=latents, **tokens)
+        self.assertEqual(state["done"].shape, (2,))  # the item with its voice and without
+
+
 def _run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
 
