@@ -151,27 +151,40 @@ class PhonemeModelSignaturesTest(unittest.TestCase):
         self.assertEqual(out["mel"].shape[2], config.data.n_mels)
 
 
+def _served(overrides: dict):
+    """(config, model, ServingModule) of a tiny inference config with `overrides` (dotted
+    keys); the module's signatures are made when a test asks, so it may change the model's
+    weights first."""
+    tf.random.set_seed(0)
+    config = tiny_inference_config("unused").override(overrides, source="test")
+    tokenizer = Tokenizer(list("abc"), "basic")
+    model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
+                      config.data.n_mels)
+    return config, model, ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
+                                        max_decoder_steps=6, griffin_lim_iterations=2,
+                                        assets={})
+
+
+def _latents_and_tokens(config, signatures):
+    """Speaker latents of a random reference, from the served speaker_latents, and the token
+    inputs of a three-token sentence."""
+    ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
+    latents = signatures["speaker_latents"](
+        reference_mel=ref, reference_lengths=tf.constant([30]))["speaker_latents"]
+    return latents, dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
+                         language_ids=tf.constant([0]))
+
+
 class ReferenceSpectrumSignaturesTest(unittest.TestCase):
     """A model.reference_spectrum model serves its extra latent row through the signatures."""
 
     def test_latents_carry_the_spectrum_row_and_the_decode_equals_the_model(self):
-        tf.random.set_seed(0)
-        config = tiny_inference_config("unused").override(
-            {"model.reference_spectrum": True, "model.d_model": 48}, source="test")
-        tokenizer = Tokenizer(list("abc"), "basic")
-        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
-                          config.data.n_mels)
-        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
-                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
+        config, model, module = _served({"model.reference_spectrum": True,
+                                         "model.d_model": 48})
         signatures = module.signatures()
-        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
-        latents = signatures["speaker_latents"](reference_mel=ref,
-                                                reference_lengths=tf.constant([30]))
-        latents = latents["speaker_latents"]
+        latents, tokens = _latents_and_tokens(config, signatures)
         self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 1,
                                          config.model.d_model))
-        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
-                      language_ids=tf.constant([0]))
         served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
         own = model.generate(*tokens.values(), latents, max_steps=6)
         length = int(own["mel_lengths"][0])
@@ -179,22 +192,11 @@ class ReferenceSpectrumSignaturesTest(unittest.TestCase):
         np.testing.assert_allclose(served["mel"][0, :length], own["mel"][0, :length], atol=1e-4)
 
     def test_a_voice_norms_model_streams_through_the_decode_signatures(self):
-        tf.random.set_seed(0)
-        config = tiny_inference_config("unused").override({"model.voice_norms": True},
-                                                          source="test")
-        tokenizer = Tokenizer(list("abc"), "basic")
-        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
-                          config.data.n_mels)
+        config, model, module = _served({"model.voice_norms": True})
         kernel = model.decoder.voice_norms.kernel
         kernel.assign(tf.random.stateless_normal(kernel.shape, [3, 4], stddev=0.3))
-        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
-                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
         signatures = module.signatures()
-        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
-        latents = signatures["speaker_latents"](
-            reference_mel=ref, reference_lengths=tf.constant([30]))["speaker_latents"]
-        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
-                      language_ids=tf.constant([0]))
+        latents, tokens = _latents_and_tokens(config, signatures)
         state = signatures["decode_start"](speaker_latents=latents, **tokens)
         self.assertIn("norms_0", state)
         state = signatures["decode_steps"](steps=tf.constant(6), **state)
@@ -207,20 +209,10 @@ class VoiceGuidanceSignaturesTest(unittest.TestCase):
     state) through the signatures, giving the model's own mel."""
 
     def test_the_served_decode_is_the_models_guided_decode(self):
-        tf.random.set_seed(0)
-        config = tiny_inference_config("unused").override(
-            {"model.voice_dropout": 0.1, "model.voice_guidance": 2.0}, source="test")
-        tokenizer = Tokenizer(list("abc"), "basic")
-        model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
-                          config.data.n_mels)
-        module = ServingModule(LoadedCheckpoint("", "", config, tokenizer, model, {}),
-                               max_decoder_steps=6, griffin_lim_iterations=2, assets={})
+        config, model, module = _served({"model.voice_dropout": 0.1,
+                                         "model.voice_guidance": 2.0})
         signatures = module.signatures()
-        ref = tf.random.stateless_normal([1, 30, config.data.n_mels], [1, 2], -2.0)
-        latents = signatures["speaker_latents"](
-            reference_mel=ref, reference_lengths=tf.constant([30]))["speaker_latents"]
-        tokens = dict(tokens=tf.constant([[1, 2, 3]]), token_lengths=tf.constant([3]),
-                      language_ids=tf.constant([0]))
+        latents, tokens = _latents_and_tokens(config, signatures)
         served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
         own = model.generate(*tokens.values(), latents, max_steps=6)
         self.assertEqual(int(served["mel_lengths"][0]), int(own["mel_lengths"][0]))
