@@ -21,15 +21,18 @@ espeak-ng voices (the pattern repeats for larger sets). The training voices are 
 sox pitch/tempo-shifted copies of them (flite first) until there are --voices. --minutes of
 speech from --books go to the training voices, each utterance to the voice with the least so
 far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --held-out-books
-per voice go to <out>_unseen1, <out>_unseen2, ... --outside-set also writes <out>_outside: six
-voices from outside the inventory (festival's two diphone voices, another synthesiser, and
-four espeak-ng variants the inventory leaves out), for judging a recipe that was tuned on the
-held-out sets; it needs `apt-get install festival festvox-kallpc16k festvox-kdlpc16k`.
---second-outside-set also writes <out>_outside2: six more espeak-ng variants that no other set
-uses, with the held-out texts after the other sets', for judging a recipe again once the
-outside set has been looked at while choosing it; --third-outside-set writes <out>_outside3,
-six more (espeak-ng's one remaining female variant unlike any training voice and five male
-ones), for when outside2 has been looked at too. Every
+per voice go to <out>_unseen1, <out>_unseen2, ... --outside-sets N also writes the first N of
+four sets of six voices from outside the inventory, each for judging a recipe once the sets
+before it have been looked at while choosing it (their texts follow the held-out sets', in this
+order): <out>_outside, festival's two English diphone voices (another synthesiser) and four
+espeak-ng variants the inventory leaves out; <out>_outside2, six more espeak-ng variants no
+other set uses, in other accents; <out>_outside3, six more (espeak-ng's one remaining female
+variant unlike any training voice and five male ones); <out>_outside4, festival's Italian,
+Finnish and Czech voices, a woman and a man each, reading the English texts by their own
+languages' rules: recordings of real people (diphone synthesis) in accents no training voice has.
+The festival sets need `apt-get install festival festvox-kallpc16k festvox-kdlpc16k` (outside)
+and `festvox-italp16k festvox-itapc16k festvox-suopuhe-lj festvox-suopuhe-mv festvox-czech-dita
+festvox-czech-ph` (outside4). Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
 """
@@ -57,22 +60,26 @@ LOW_VARIANTS = ["Andy", "boris", "david", "ed", "edward", "Gene2", "Henrique", "
 ACCENTS = ["en", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-x-rp",
            "en-us", "en-us-nyc"]
 HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
-# --outside-set: (engine, voice, variant, high) of voices no held-out set or training voice uses.
-OUTSIDE_VOICES = [("festival", "kal_diphone", "", False), ("festival", "ked_diphone", "", False),
-                  ("espeak", "en-gb-x-rp", "linda", True), ("espeak", "en-us", "f4", True),
-                  ("espeak", "en-029", "norbert", False), ("espeak", "en-gb-scotland", "m3", False)]
-# --second-outside-set: six more espeak-ng variants nothing else uses, in other accents, for
-# judging a recipe once more after the outside set was looked at while choosing it.
-OUTSIDE2_VOICES = [("espeak", "en-us", "Annie", True), ("espeak", "en-gb-x-gbclan", "f1", True),
-                   ("espeak", "en-gb-x-gbcwmd", "f3", True), ("espeak", "en-gb-x-rp", "m1", False),
-                   ("espeak", "en-us-nyc", "john", False),
-                   ("espeak", "en-gb-scotland", "caleb", False)]
-# --third-outside-set: six more variants nothing else uses (`grandma` is the one female variant
-# left that is no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2).
-OUTSIDE3_VOICES = [("espeak", "en-029", "grandma", True), ("espeak", "en", "m6", False),
-                   ("espeak", "en-gb-x-gbcwmd", "Mike", False),
-                   ("espeak", "en-us", "gustave", False), ("espeak", "en-gb-x-rp", "Storm", False),
-                   ("espeak", "en-us-nyc", "Marco", False)]
+# --outside-sets: (engine, voice, variant, high) of voices no held-out set or training voice
+# uses, set by set (module docstring). outside3's `grandma` is the one female variant left that is
+# no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2.
+OUTSIDE_SETS = [
+    [("festival", "kal_diphone", "", False), ("festival", "ked_diphone", "", False),
+     ("espeak", "en-gb-x-rp", "linda", True), ("espeak", "en-us", "f4", True),
+     ("espeak", "en-029", "norbert", False), ("espeak", "en-gb-scotland", "m3", False)],
+    [("espeak", "en-us", "Annie", True), ("espeak", "en-gb-x-gbclan", "f1", True),
+     ("espeak", "en-gb-x-gbcwmd", "f3", True), ("espeak", "en-gb-x-rp", "m1", False),
+     ("espeak", "en-us-nyc", "john", False), ("espeak", "en-gb-scotland", "caleb", False)],
+    [("espeak", "en-029", "grandma", True), ("espeak", "en", "m6", False),
+     ("espeak", "en-gb-x-gbcwmd", "Mike", False), ("espeak", "en-us", "gustave", False),
+     ("espeak", "en-gb-x-rp", "Storm", False), ("espeak", "en-us-nyc", "Marco", False)],
+    [("festival", "lp_diphone", "", True), ("festival", "pc_diphone", "", False),
+     ("festival", "suo_fi_lj_diphone", "", True), ("festival", "hy_fi_mv_diphone", "", False),
+     ("festival", "czech_dita", "", True), ("festival", "czech_ph", "", False)],
+]
+FESTIVAL_PACKAGES = [["festvox-kallpc16k", "festvox-kdlpc16k"], [], [],
+                     ["festvox-italp16k", "festvox-itapc16k", "festvox-suopuhe-lj",
+                      "festvox-suopuhe-mv", "festvox-czech-dita", "festvox-czech-ph"]]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 
@@ -211,6 +218,13 @@ def write_corpus(out: str, voices: list, lines, prefix: str, tmp: str, minutes=N
     return got
 
 
+def missing_festival_voices(voices: list) -> list:
+    """The festival voices of `voices` that festival does not know."""
+    known = subprocess.run(["festival", "--batch", "(print (voice.list))"], capture_output=True,
+                           text=True, check=True).stdout
+    return [v for v in voices if v not in re.findall(r"[\w-]+", known)]
+
+
 def many_voices(args, tmp: str) -> None:
     held, train = split(inventory(), args.voices, args.held_out_sets, args.held_out, args.seed)
     held_lines = texts(args.held_out_books, args.min_chars, args.max_chars)
@@ -218,17 +232,9 @@ def many_voices(args, tmp: str) -> None:
              dict(minutes=args.minutes))]
     sets += [(f"{args.out}_unseen{k}", f"unseen{k}", voices, held_lines,
               dict(per_voice=args.held_out_utterances)) for k, voices in enumerate(held, 1)]
-    if args.outside_set:
-        sets.append((f"{args.out}_outside", "outside",
-                     [Voice(*spec) for spec in OUTSIDE_VOICES], held_lines,
-                     dict(per_voice=args.held_out_utterances)))
-    if args.second_outside_set:
-        sets.append((f"{args.out}_outside2", "outside2",
-                     [Voice(*spec) for spec in OUTSIDE2_VOICES], held_lines,
-                     dict(per_voice=args.held_out_utterances)))
-    if args.third_outside_set:
-        sets.append((f"{args.out}_outside3", "outside3",
-                     [Voice(*spec) for spec in OUTSIDE3_VOICES], held_lines,
+    for k, voices in enumerate(OUTSIDE_SETS[:args.outside_sets], 1):
+        label = "outside" + (str(k) if k > 1 else "")
+        sets.append((f"{args.out}_{label}", label, [Voice(*spec) for spec in voices], held_lines,
                      dict(per_voice=args.held_out_utterances)))
     table = []
     for out, label, voices, lines, budget in sets:
@@ -264,32 +270,29 @@ def main():
     many.add_argument("--held-out-books", default="Esth,Dan",
                       help="the held-out sets' texts; none of --books")
     many.add_argument("--seed", type=int, default=0, help="seeds which voices are held out or shifted")
-    many.add_argument("--outside-set", action="store_true",
-                      help="also <out>_outside: voices from outside the inventory (above)")
-    many.add_argument("--second-outside-set", action="store_true",
-                      help="also <out>_outside2 (texts after the other sets'): six more espeak-ng "
-                           "variants nothing else uses (above)")
-    many.add_argument("--third-outside-set", action="store_true",
-                      help="also <out>_outside3 (texts after outside2's): six more espeak-ng "
-                           "variants nothing else uses (above)")
+    many.add_argument("--outside-sets", type=int, default=0, choices=range(len(OUTSIDE_SETS) + 1),
+                      help="also the first N sets of voices from outside the inventory (above)")
     args = parser.parse_args()
-    if (args.outside_set or args.second_outside_set or args.third_outside_set) \
-            and not args.many_voices:
-        parser.error("--outside-set, --second-outside-set and --third-outside-set are sets of "
-                     "the many-voice mode: "
-                     "add --many-voices (and --out for the training corpus they go beside).")
+    if args.outside_sets and not args.many_voices:
+        parser.error("--outside-sets writes sets of the many-voice mode: add --many-voices (and "
+                     "--out for the training corpus they go beside).")
     if args.many_voices and set(args.books.split(",")) & set(args.held_out_books.split(",")):
         parser.error("--held-out-books must not share a book with --books")
     engines = ["espeak-ng", "flite"] if args.many_voices else [
         "espeak-ng" if args.engine == "espeak" else "flite"]
-    engines += ["text2wave"] if args.many_voices and args.outside_set else []
     missing = [tool for tool in ["bible", *engines, "sox"] if shutil.which(tool) is None]
     if missing:
         parser.error(f"{', '.join(missing)} not found on PATH: this script reads its texts with "
-                     f"`bible` and speaks them with espeak-ng or flite (festival's text2wave "
-                     f"for --outside-set), then sox; install them with `apt-get install "
-                     f"bible-kjv espeak-ng flite sox` (and `festival festvox-kallpc16k "
-                     f"festvox-kdlpc16k`) and run it again.")
+                     f"`bible` and speaks them with espeak-ng or flite, then sox; install them "
+                     f"with `apt-get install bible-kjv espeak-ng flite sox` and run it again.")
+    festival = [voice for voices in OUTSIDE_SETS[:args.outside_sets]
+                for engine, voice, *_ in voices if engine == "festival"]
+    packages = sorted({p for ps in FESTIVAL_PACKAGES[:args.outside_sets] for p in ps})
+    if festival and (shutil.which("text2wave") is None or missing_festival_voices(festival)):
+        parser.error(f"--outside-sets {args.outside_sets} speaks with festival's voices "
+                     f"{', '.join(festival)}, and festival (text2wave) or some of them are not "
+                     f"installed: `apt-get install festival {' '.join(packages)}`, then run it "
+                     f"again.")
     with tempfile.TemporaryDirectory() as tmp:
         if args.many_voices:
             try:
