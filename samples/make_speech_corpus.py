@@ -288,11 +288,13 @@ def main():
     festival = [voice for voices in OUTSIDE_SETS[:args.outside_sets]
                 for engine, voice, *_ in voices if engine == "festival"]
     packages = sorted({p for ps in FESTIVAL_PACKAGES[:args.outside_sets] for p in ps})
-    if festival and (shutil.which("text2wave") is None or missing_festival_voices(festival)):
-        parser.error(f"--outside-sets {args.outside_sets} speaks with festival's voices "
-                     f"{', '.join(festival)}, and festival (text2wave) or some of them are not "
-                     f"installed: `apt-get install festival {' '.join(packages)}`, then run it "
-                     f"again.")
+    missing = festival if shutil.which("text2wave") is None else missing_festival_voices(festival)
+    if missing:
+        parser.error(f"--outside-sets {args.outside_sets} speaks with festival's voices, and "
+                     f"{', '.join(missing)} "
+                     f"{'(and festival itself) ' if missing is festival else ''}"
+                     f"are not installed: `apt-get install festival {' '.join(packages)}`, then "
+                     f"run it again.")
     with tempfile.TemporaryDirectory() as tmp:
         if args.many_voices:
             try:
