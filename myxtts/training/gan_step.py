@@ -9,7 +9,7 @@ and, after that update, the generator's adversarial and feature-matching losses.
 its own AdamW (betas and decay of the paper) built here, inside the model-device scope, so every
 slot, iteration counter and loss-scale variable is created there; under float16 each is wrapped
 in its own LossScaleOptimizer (an overflow in one does not reset the other's scale). Non-finite
-updates are skipped and counted per side, like myxtts.training.step.
+updates are skipped and counted per side (myxtts.training.update_side).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import keras
 import tensorflow as tf
 
 from myxtts.training.optimization import no_decay_variables
+from myxtts.training.update_side import UpdateSide
 from myxtts.vocoder import losses
 
 # HiFi-GAN uses torch.optim.AdamW with its default weight decay.
@@ -41,50 +42,6 @@ def build_gan_optimizer(vocoder_config, models: List[keras.Model], loss_scaling:
     return optimizer
 
 
-class _Side:
-    """One optimizer with its variables, its non-finite counters and grad-norm metric."""
-
-    def __init__(self, name: str, models: List[keras.Model], vocoder_config, loss_scaling: bool):
-        self.models = models
-        self.optimizer = build_gan_optimizer(vocoder_config, models, loss_scaling)
-        self.loss_scaling = loss_scaling
-        self.nonfinite_total = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                           name=f"{name}_nonfinite_total")
-        self.nonfinite_consecutive = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                                 name=f"{name}_nonfinite_consecutive")
-        self.grad_norm = keras.metrics.Mean(name=f"{name}_grad_norm")
-
-    @property
-    def variables(self):
-        return [w for m in self.models for w in m.trainable_variables]
-
-    def scale(self, loss):
-        return self.optimizer.scale_loss(loss) if self.loss_scaling else loss
-
-    def apply(self, grads):
-        variables = self.variables
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(grads, variables)]
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        scale = self.optimizer.dynamic_scale if self.loss_scaling else 1.0
-        norm = tf.linalg.global_norm(grads) / scale
-        if self.loss_scaling:
-            self.optimizer.apply(grads, variables)  # skips and halves the scale when not finite
-        else:
-            def apply():
-                self.optimizer.apply(grads, variables)
-                return tf.constant(True)
-            tf.cond(finite, apply, lambda: tf.constant(False))
-        self.grad_norm.update_state(tf.where(finite, norm, 0.0),
-                                    sample_weight=tf.cast(finite, tf.float32))
-        self.nonfinite_total.assign_add(tf.cast(tf.logical_not(finite), tf.int64))
-        self.nonfinite_consecutive.assign(
-            tf.where(finite, tf.constant(0, tf.int64), self.nonfinite_consecutive + 1))
-
-    def loss_scale(self) -> float:
-        return float(self.optimizer.dynamic_scale.numpy()) if self.loss_scaling else 1.0
-
-
 class GANStep:
     """Owns both optimizers, the step counter and on-device metrics; call it inside nothing
     (it enters the model device itself)."""
@@ -96,8 +53,10 @@ class GANStep:
         self.log_mel = log_mel
         self.model_device = model_device
         with tf.device(model_device):
-            self.gen = _Side("generator", [generator], vocoder_config, loss_scaling)
-            self.disc = _Side("discriminator", [mpd, msd], vocoder_config, loss_scaling)
+            self.gen = UpdateSide("generator", [generator], build_gan_optimizer(
+                vocoder_config, [generator], loss_scaling), loss_scaling)
+            self.disc = UpdateSide("discriminator", [mpd, msd], build_gan_optimizer(
+                vocoder_config, [mpd, msd], loss_scaling), loss_scaling)
             # Generator updates attempted (applied + skipped): the step users see.
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.loss_metrics = {name: keras.metrics.Mean(name=f"loss_{name}")
