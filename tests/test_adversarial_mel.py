@@ -17,6 +17,7 @@ import tensorflow as tf  # noqa: E402
 
 from myxtts.errors import MyXTTSError  # noqa: E402
 from myxtts.training.adversarial_mel import judged_windows  # noqa: E402
+from myxtts.training.checkpoints import CheckpointError  # noqa: E402
 from myxtts.training.trainer import XTTSTrainer  # noqa: E402
 from tests.test_trainer_step import TrainerTestCase  # noqa: E402
 from tests.trainer_probes import batch, devices_of, make_trainer  # noqa: E402
@@ -124,6 +125,18 @@ class AdversarialMelTest(TrainerTestCase):
             np.testing.assert_array_equal(got, want)
         for got, want in zip(_values(resumed.adversary.side.optimizer.variables), saved_slots):
             np.testing.assert_array_equal(got, want)
+
+    def test_a_run_without_a_discriminator_is_not_resumed_with_one(self):
+        # Nothing saved is changed: the error says which setting differs and what to do.
+        directory = os.path.join(self.workdir, "resume_mismatch")
+        plain = make_trainer(directory, xla=False)
+        plain.step(batch(size=4))
+        plain._save()
+        with self.assertRaisesRegex(CheckpointError, "training.adversarial_weight\\). To start "
+                                                     "from scratch in the same directory, pass "
+                                                     "--reset-training"):
+            make_trainer(directory, **ON)
+        self.assertEqual(make_trainer(directory, xla=False).global_step, 1)
 
     def test_a_strategy_is_refused_before_anything_is_built(self):
         trainer = make_trainer(os.path.join(self.workdir, "config"), **ON)
