@@ -48,12 +48,12 @@ from myxtts.models.mel_discriminator import MelDiscriminator
 from myxtts.training.optimization import no_decay_variables
 from myxtts.training.update_side import UpdateSide
 
-# The discriminator's AdamW: the betas of GAN practice (HiFi-GAN uses 0.8 / 0.99, StyleGAN and
-# most mel-GANs 0.5 / 0.9); a constant learning rate (training.discriminator_learning_rate).
+# The discriminator's AdamW: a low first-moment beta, common in GAN training, so the judge
+# follows a moving target quickly (the vocoder's HiFi-GAN uses 0.8 / 0.99); a constant
+# learning rate (training.discriminator_learning_rate).
 DISCRIMINATOR_BETAS = (0.5, 0.9)
 DISCRIMINATOR_WEIGHT_DECAY = 0.01
 WINDOW_FRAMES = 128
-ADVERSARIAL_TERMS = ("adversarial", "feature_matching", "discriminator")
 
 
 def judged_windows(real: tf.Tensor, fake: tf.Tensor, lengths: tf.Tensor, step,
