@@ -13,9 +13,9 @@ least for (docs/model.md, "Adversarial mel loss").
         logits   float32 [B, T]   one judgement per frame, from the frames around it
         features list of float32 [B, T, channels]: every layer's output (feature matching)
 
-Convolutions over time with the mel bands as channels, dilated so the last layer sees
-DISCRIMINATOR_DILATIONS' receptive field (61 frames, ~1 s), leaky ReLU between them. The voice enters as
-a projection discriminator's does (Miyato & Koyama, 2018): the frame's logit is a linear
+Convolutions over time with the mel bands as channels, dilated (DISCRIMINATOR_DILATIONS) so
+a logit sees 61 frames (~1 s), leaky ReLU between them. The voice enters as a projection
+discriminator's does (Miyato & Koyama, 2018): the frame's logit is a linear
 function of its last features plus their dot product with a projection of the l2-normalised
 voice, so "real" means "a recording of this voice", not only "a recording". The mel goes in
 as it is (the reading probe centres each frame's bands; here level and tilt are part of the
