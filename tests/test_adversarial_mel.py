@@ -1,8 +1,9 @@
 """The adversarial mel loss (training.adversarial_weight; myxtts/training/adversarial_mel.py) on
 two logical CPUs: its discriminator and optimizer live on the model device, the discriminator
 learns to tell recordings from the model's output inside the compiled step, its terms reach
-the model only from training.adversarial_start_step, a resumed run goes on with the same
-discriminator, and a strategy is refused.
+the model only from training.adversarial_start_step, under float16 it keeps its own loss scale
+and skips non-finite updates, a resumed run goes on with the same discriminator (and a run
+begun without one is not resumed with one), and a strategy is refused.
 
     python -m pytest tests/test_adversarial_mel.py -v
 """
@@ -124,6 +125,22 @@ class AdversarialMelTest(TrainerTestCase):
         for got, want in zip(_values(resumed.adversary.discriminator.variables), saved):
             np.testing.assert_array_equal(got, want)
         for got, want in zip(_values(resumed.adversary.side.optimizer.variables), saved_slots):
+            np.testing.assert_array_equal(got, want)
+
+    def test_under_float16_the_discriminator_has_its_own_loss_scale_and_skips_nan(self):
+        trainer = make_trainer(os.path.join(self.workdir, "float16"), precision="mixed_float16",
+                               **ON)
+        side = trainer.adversary.side
+        self.assertEqual(trainer.adversary.discriminator.dtype_policy.compute_dtype, "float16")
+        self.assertEqual(type(side.optimizer).__name__, "LossScaleOptimizer")
+        self.assertIsNot(side.optimizer, trainer.optimizer)
+        self.assertEqual(devices_of(side.optimizer.variables), ["device:CPU:1"])
+        self.assertTrue(bool(trainer.step(batch(size=4))["finite"]))
+        scale, weights = side.loss_scale(), _values(trainer.adversary.discriminator.variables)
+        trainer.step(batch(size=4, nan=True))  # a NaN in a recording: both updates skipped
+        self.assertEqual(int(side.nonfinite_total.numpy()), 1)
+        self.assertEqual(side.loss_scale(), scale / 2)
+        for got, want in zip(_values(trainer.adversary.discriminator.variables), weights):
             np.testing.assert_array_equal(got, want)
 
     def test_a_run_without_a_discriminator_is_not_resumed_with_one(self):
