@@ -88,6 +88,15 @@ class AdversarialMelTest(TrainerTestCase):
         self.assertEqual(int(adversary.side.optimizer.iterations.numpy()), 30)
         self.assertEqual(int(adversary.side.nonfinite_total.numpy()), 0)
 
+    def test_validation_reports_its_terms_without_training_the_judge(self):
+        trainer = make_trainer(os.path.join(self.workdir, "validation"), **ON)
+        weights = _values(trainer.adversary.discriminator.variables)
+        trainer._val_batch(batch(size=4))
+        for name in ("adversarial", "feature_matching", "discriminator"):
+            self.assertGreater(float(trainer.val_metrics[name].result()), 0.0, name)
+        for got, want in zip(_values(trainer.adversary.discriminator.variables), weights):
+            np.testing.assert_array_equal(got, want)
+
     def test_its_terms_reach_the_model_only_from_the_start_step(self):
         # The discriminator learns from the first step either way; before the start step the
         # model's update is the one without the loss, bit for bit.

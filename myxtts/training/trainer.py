@@ -302,8 +302,10 @@ class XTTSTrainer(Trainer):
             outputs = self.model(batch, training=False, contrast_frames=self._contrast_frames,
                                  contrast_on=self._contrast_on)
             outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
+            adversarial = (self.adversary.losses(outputs, batch, self.step.step, False)
+                           if self.adversary else None)
             losses = compute_losses(outputs, batch, self.config.training, self.step.step,
-                                    self.config.model.reduction_factor)
+                                    self.config.model.reduction_factor, adversarial=adversarial)
             weight = tf.cast(tf.shape(batch["mel"])[0], tf.float32)
             for name, metric in self.val_metrics.items():
                 metric.update_state(losses[name], sample_weight=weight)
