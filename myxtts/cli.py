@@ -145,6 +145,10 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                    help="Push each decoded frame away from the model's null voice: frames + W "
                         "* (frames - null-voice frames), e.g. 1.0 (default: the run's "
                         "model.voice_guidance; needs a run trained with model.voice_dropout).")
+    p.add_argument("--reference-statistics", choices=("on", "off"), default=None,
+                   help="Map each decoded frame to the reference's mean and spread per mel band "
+                        "(default: the run's model.reference_statistics; needs a run trained "
+                        "with model.reference_spectrum).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations (more = cleaner phase, slower); used without "
                         "--vocoder-dir.")
@@ -157,6 +161,13 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                             "Default: the latest in --vocoder-dir.")
     p.add_argument("--verbose", action="store_true",
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
+
+
+def decoding_settings(args: argparse.Namespace) -> dict:
+    """The decoding settings the model flags replace (checkpoint_loading.DECODING_FLAGS)."""
+    statistics = args.reference_statistics
+    return {"model.voice_guidance": args.voice_guidance,
+            "model.reference_statistics": None if statistics is None else statistics == "on"}
 
 
 def check_model_args(args: argparse.Namespace) -> None:
@@ -191,7 +202,7 @@ def load_synthesizer(args: argparse.Namespace):
                    f"{args.checkpoint or 'latest'}: pass the folder train_main.py wrote and "
                    f"'latest', 'best' or a ckpt-N.)", CheckpointNotFoundError,
                    CheckpointMismatchError):
-        loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint, args.voice_guidance)
+        loaded = load_checkpoint(args.checkpoint_dir, args.checkpoint, decoding_settings(args))
     vocoder_dir = getattr(args, "vocoder_dir", None)
     vocoder = None
     if vocoder_dir:

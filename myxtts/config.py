@@ -156,6 +156,15 @@ class ModelConfig:
                                          "spectrum follows the reference, also for voices far "
                                          "from the training ones. It travels as one more "
                                          "latent row (needs d_model >= n_mels).")
+    reference_statistics: bool = _f(False, "Decoding (needs reference_spectrum): each "
+                                           "written frame is mapped so that, over the speech "
+                                           "frames written so far, every mel band has the "
+                                           "reference's mean and spread (its standard "
+                                           "deviation over time), undoing the decoder's "
+                                           "smoothing in the reference's own measure. The "
+                                           "spread travels as one more latent row; nothing "
+                                           "is trained, so any reference_spectrum run can "
+                                           "decode with it (--reference-statistics).")
     voice_norms: bool = _m(False, "Every layer norm of the decoder takes a per-item scale and "
                                   "shift from the mean speaker latent (adaptive layer norm, "
                                   "as Meta-StyleSpeech's style-adaptive norm), so the voice "
@@ -232,8 +241,10 @@ class ModelConfig:
     @property
     def speaker_latent_rows(self) -> int:
         """Rows of the speaker latents the model takes: the perceiver's latents, plus the
-        reference spectrum's row with reference_spectrum."""
-        return self.num_speaker_latents + int(self.reference_spectrum)
+        reference spectrum's row with reference_spectrum and the spread's with
+        reference_statistics."""
+        return (self.num_speaker_latents + int(self.reference_spectrum)
+                + int(self.reference_statistics))
 
 
 @dataclasses.dataclass
@@ -545,6 +556,10 @@ class XTTSConfig:
         need(not m.reference_spectrum or m.d_model >= d.n_mels, "model.reference_spectrum",
              f"needs model.d_model ({m.d_model}) >= data.n_mels ({d.n_mels}): the reference's "
              f"spectrum travels as a latent row of d_model values.")
+        need(not m.reference_statistics or m.reference_spectrum, "model.reference_statistics",
+             "needs model.reference_spectrum: the output is mapped to the reference's mean and "
+             "spread around the spectrum the decoder writes relative to. Turn "
+             "reference_spectrum on (and train with it) or leave reference_statistics off.")
         need(m.d_model % m.num_heads == 0, "model.d_model",
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 from typing import Optional, Sequence
 
-from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point,
-                        quiet_tensorflow_start)
+from myxtts.cli import (UsageError, add_model_args, check_model_args, decoding_settings,
+                        entry_point, quiet_tensorflow_start)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +57,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         export = exporter(args.format)
     common = dict(checkpoint=args.checkpoint, max_decoder_steps=args.max_decoder_steps,
                   vocoder_dir=args.vocoder_dir, vocoder_checkpoint=args.vocoder_checkpoint,
-                  voice_guidance=args.voice_guidance)
+                  decoding=decoding_settings(args))
     if args.format != "tf_serving":
         result = export(args.checkpoint_dir, export_dir, quantize=args.quantize, **common)
         print(f"Exported version {result.version} to {result.path} in {result.seconds:.1f} s")

@@ -67,6 +67,16 @@ class ConfigTest(unittest.TestCase):
         config.override({"model.voice_guidance": 2.0})
         self.assertEqual(config.model.voice_guidance, 2.0)
 
+    def test_reference_statistics_needs_the_reference_spectrum(self):
+        with self.assertRaisesRegex(ConfigError, "model.reference_statistics needs "
+                                                 "model.reference_spectrum"):
+            XTTSConfig.from_yaml(_write("model:\n  reference_statistics: true\n"))
+        config = XTTSConfig()
+        with self.assertRaisesRegex(ConfigError, "--reference-statistics needs model.reference_"
+                                                 "spectrum.*it sets model.reference_statistics"):
+            config.override({"model.reference_statistics": True},
+                            names={"model.reference_statistics": "--reference-statistics"})
+
     def test_aligned_text_needs_durations_and_no_frame_feeding(self):
         with self.assertRaisesRegex(ConfigError, "aligned_text needs model.text_alignment"):
             XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"))

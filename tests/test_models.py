@@ -258,6 +258,103 @@ class ReferenceSpectrumTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
+class ReferenceStatisticsTest(unittest.TestCase):
+    """model.reference_statistics: the reference's spread per mel band travels as one more
+    latent row, and every decoded frame is mapped to the reference's mean and spread over the
+    speech frames written so far; nothing trained changes."""
+
+    @classmethod
+    def setUpClass(cls):
+        tf.random.set_seed(0)
+        cls.config = tiny_config(reference_spectrum=True, reference_statistics=True,
+                                 decode_attention_window=0, d_model=48)
+        cls.model = tiny_model(cls.config)
+        cls.plain = tiny_model(tiny_config(reference_spectrum=True, decode_attention_window=0,
+                                           d_model=48))
+        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
+        cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
+        cls.batch = random_batch(cls.config, token_lengths=(7, 5))
+        cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"], cls.batch["ref_lengths"])
+
+    def test_the_spread_travels_after_the_spectrum(self):
+        from myxtts.models.encoders import SPEECH_FRAME_RANGE
+        m = self.config.model
+        latents = self.latents.numpy()
+        self.assertEqual(latents.shape, (2, m.num_speaker_latents + 2, m.d_model))
+        np.testing.assert_allclose(latents[:, :-1],
+                                   self.plain.speaker_latents(self.batch["ref_mel"],
+                                                              self.batch["ref_lengths"]),
+                                   atol=1e-6)
+        for i, length in enumerate(self.batch["ref_lengths"].numpy()):
+            mel = self.batch["ref_mel"].numpy()[i, :length]
+            level = mel.mean(-1)
+            speech = mel[level >= level.max() - SPEECH_FRAME_RANGE]
+            np.testing.assert_allclose(latents[i, -1, :self.n], speech.std(0), atol=1e-5)
+        self.assertEqual(float(np.abs(latents[:, -1, self.n:]).max(initial=0.0)), 0.0)
+
+    def test_frames_are_mapped_to_the_references_mean_and_spread(self):
+        """Frames that stray 0.2 around their own mean, for a reference whose spectrum is
+        elsewhere and whose frames stray 0.3: mapped step by step, the speech frames take the
+        reference's mean and spread; quiet frames and ended items are not counted."""
+        from myxtts.models import xtts
+        rng = np.random.default_rng(0)
+        steps, n, r = 400, self.n, self.r
+        own = np.linspace(-1.2, -0.6, n).astype(np.float32)
+        spectrum = np.linspace(-2.0, -1.0, n).astype(np.float32)[None].repeat(2, 0)
+        spread = np.full((2, n), 0.3, np.float32)
+        frames = rng.normal(own, 0.2, (steps, 2, r, n)).astype(np.float32)
+        quiet = rng.random((steps, 2, r)) < 0.2
+        frames[quiet] = -6.0
+        offset = tf.constant(np.tile(spectrum, [1, r]))
+        statistics = xtts._start_statistics(tf.constant(spread))
+        done = tf.constant([False, False])
+        mapped = []
+        for step in range(steps):
+            if step == steps // 2:
+                done = tf.constant([False, True])  # the second item ends half way
+            out, statistics = xtts._mapped(tf.constant(frames[step].reshape(2, r * n)), offset,
+                                           statistics, done, r)
+            mapped.append(out.numpy().reshape(2, r, n))
+        mapped = np.stack(mapped)
+        speech = ~quiet
+        np.testing.assert_allclose(statistics[1].numpy()[:, 0],
+                                   [speech[:, 0].sum(), speech[: steps // 2, 1].sum()])
+        # the last quarter, where the prior's pull is under 2 %
+        late = mapped[3 * steps // 4:, 0][speech[3 * steps // 4:, 0]]  # [frames, n]
+        self.assertLess(np.abs(late.mean(0) - spectrum[0]).mean(), 0.04)
+        self.assertLess(np.abs(late.std(0) / spread[0] - 1.0).mean(), 0.1)
+        # the plain frames are 0.4-0.8 away from the spectrum, and stray 0.2
+        self.assertGreater(np.abs(frames[3 * steps // 4:, 0][speech[3 * steps // 4:, 0]]
+                                  .mean(0) - spectrum[0]).mean(), 0.4)
+        self.assertTrue(np.all(mapped[quiet] < spectrum.min() - 2.5))  # pauses stay quiet
+
+    def test_decoded_frames_stray_as_the_references_do(self):
+        b = self.batch
+        steps = 24
+        errors = {}
+        for name, model, latents in (("plain", self.plain, self.latents[:, :-1]),
+                                     ("mapped", self.model, self.latents)):
+            state = model.decode_steps(
+                model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"], latents,
+                                   steps), steps, 0.99999)
+            frames = tf.transpose(state.frames, [1, 0, 2]).numpy().reshape(2, -1, self.n)
+            spread = self.latents.numpy()[:, -1, :self.n]
+            errors[name] = np.mean([np.abs(np.log(frames[i, :length].std(0) / spread[i])).mean()
+                                    for i, length in enumerate(state.lengths.numpy())])
+        self.assertLess(errors["mapped"], 0.8 * errors["plain"])
+
+    def test_the_cache_the_recompute_and_a_chunked_decode_agree(self):
+        b = self.batch
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], self.latents)
+        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        state = self.model.start_decode(*args, max_steps=16)
+        while not bool(tf.reduce_all(state.done)):
+            state = self.model.decode_steps(state, 3, 0.99999)
+        self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"], cached["mel"]), 1e-5)
+
+
 class VoiceGuidanceTest(unittest.TestCase):
     """model.voice_dropout trains some items with the null voice; model.voice_guidance decodes
     every item twice, with its voice and with the null voice, and pushes the frames away from

@@ -39,7 +39,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -308,14 +308,15 @@ def _manifest(graphs: EdgeGraphs, loaded, functions, files: Dict[str, str], fmt:
 def export_edge(fmt: str, checkpoint_dir: str, export_dir: str, *,
                 checkpoint: Optional[str] = None, max_decoder_steps: Optional[int] = None,
                 vocoder_dir: Optional[str] = None, vocoder_checkpoint: Optional[str] = None,
-                voice_guidance: Optional[float] = None, quantize: str = "none",
+                decoding: Optional[Mapping[str, Any]] = None, quantize: str = "none",
                 **_unused) -> EdgeExportResult:
     """Exports a checkpoint's parts for `fmt` ("tflite" or "onnx") as export_dir/<version>/
-    (`voice_guidance` replaces the run's model.voice_guidance in the exported decode)."""
+    (`decoding` replaces the run's decoding settings in the exported decode:
+    checkpoint_loading.load_checkpoint)."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
     started = time.monotonic()
-    loaded = load_checkpoint(checkpoint_dir, checkpoint, voice_guidance)
+    loaded = load_checkpoint(checkpoint_dir, checkpoint, decoding)
     vocoder = (load_vocoder(vocoder_dir, loaded.config.data, vocoder_checkpoint)
                if vocoder_dir else None)
     graphs = EdgeGraphs(loaded, vocoder,

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import tensorflow as tf
 from google.protobuf import text_format
@@ -83,15 +83,16 @@ def export_tf_serving(checkpoint_dir: str, export_dir: str, *, checkpoint: Optio
                        griffin_lim_iterations: int = GRIFFIN_LIM_ITERATIONS,
                        vocoder_dir: Optional[str] = None,
                        vocoder_checkpoint: Optional[str] = None,
-                       voice_guidance: Optional[float] = None,
+                       decoding: Optional[Mapping[str, Any]] = None,
                        model_name: Optional[str] = None,
                        serving_base_path: str = "/models") -> ExportResult:
     """Exports a checkpoint as <export_dir>/<next version>/ and updates models.config.
     `serving_base_path` is where TF Serving sees the models' parent folder (in the container);
     `vocoder_dir` puts that HiFi-GAN vocoder in the graph instead of Griffin-Lim;
-    `voice_guidance` replaces the run's model.voice_guidance in the exported decode."""
+    `decoding` replaces the run's decoding settings in the exported decode
+    (checkpoint_loading.load_checkpoint)."""
     started = time.monotonic()
-    loaded = load_checkpoint(checkpoint_dir, checkpoint, voice_guidance)
+    loaded = load_checkpoint(checkpoint_dir, checkpoint, decoding)
     vocoder = (load_vocoder(vocoder_dir, loaded.config.data, vocoder_checkpoint)
                if vocoder_dir else None)
     steps = int(max_decoder_steps or loaded.config.model.max_decoder_steps)

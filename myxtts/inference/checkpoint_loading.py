@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import keras
 import tensorflow as tf
@@ -87,15 +87,23 @@ def _unreachable_weights(root, model: keras.Model) -> List[str]:
     return [v.path for v in model.weights if id(v) not in reachable]
 
 
+# The decoding settings a model command's flag may replace (nothing trained depends on them).
+DECODING_FLAGS = {"model.voice_guidance": "--voice-guidance",
+                  "model.reference_statistics": "--reference-statistics"}
+
+
 def load_checkpoint(directory: str, checkpoint: Optional[str] = None,
-                    voice_guidance: Optional[float] = None) -> LoadedCheckpoint:
+                    decoding: Optional[Mapping[str, Any]] = None) -> LoadedCheckpoint:
     """Builds the model from config.yaml/vocab.json in float32 and restores its weights;
-    `voice_guidance` (the --voice-guidance flag) replaces the run's model.voice_guidance."""
+    `decoding` ({DECODING_FLAGS key: value}; None values ignored) replaces the run's decoding
+    settings (the model commands' flags)."""
     path = resolve_checkpoint(directory, checkpoint)
     config = XTTSConfig.from_yaml(os.path.join(directory, CONFIG_FILE))
-    config.override({"model.voice_guidance": voice_guidance},
-                    source=os.path.join(directory, CONFIG_FILE),
-                    names={"model.voice_guidance": "--voice-guidance"})
+    unknown = set(decoding or {}) - set(DECODING_FLAGS)
+    if unknown:
+        raise ValueError(f"not decoding settings: {', '.join(sorted(unknown))}")
+    config.override(dict(decoding or {}), source=os.path.join(directory, CONFIG_FILE),
+                    names=DECODING_FLAGS)
     tokenizer = Tokenizer.load(os.path.join(directory, VOCAB_FILE))
     # Inference runs in float32 whatever precision trained the model (its variables are float32
     # in every policy, so the checkpoint fits).

@@ -54,6 +54,9 @@ _FEATURISATION = ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", 
                   "target_rms_db", "ref_max_seconds")
 _CONDITIONING = ("d_model", "num_heads", "ff_multiplier", "conditioning_layers",
                  "perceiver_layers", "num_speaker_latents", "reference_spectrum")
+# Settings that add latent rows when on; off they are left out of the fingerprint, so the voices
+# of models from before they existed keep their fingerprints.
+_CONDITIONING_WHEN_ON = ("reference_statistics",)
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz (a zip archive) begins
 _KEYS = ("format", "format_version", "latents", "fingerprint", "references", "checkpoint")
 
@@ -72,6 +75,7 @@ def conditioning_fingerprint(model, config) -> str:
     model.speaker_encoder (name, shape, dtype, values)."""
     settings = {"data": {k: getattr(config.data, k) for k in _FEATURISATION},
                 "model": {k: getattr(config.model, k) for k in _CONDITIONING}}
+    settings["model"].update({k: True for k in _CONDITIONING_WHEN_ON if getattr(config.model, k)})
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode("utf-8"))
     for variable in model.speaker_encoder.weights:
         value = np.ascontiguousarray(variable.numpy())
@@ -102,7 +106,8 @@ class Voice:
                 f"differs (fingerprint {self.fingerprint[:12]} vs {fingerprint[:12]}): its "
                 f"latents are not what this model hears in those recordings. Make the voice "
                 f"again from the recordings with {checkpoint}, or use it with the checkpoint "
-                f"that made it.")
+                f"that made it (and the same --reference-statistics: on, a voice holds one "
+                f"more latent row).")
         return self.latents
 
     def save(self, path: str) -> None:

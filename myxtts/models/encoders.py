@@ -86,17 +86,35 @@ class TextEncoder(keras.layers.Layer):
 SPEECH_FRAME_RANGE = 1.5
 
 
-def reference_spectrum(ref_mel, ref_lengths) -> tf.Tensor:
-    """The mean log10 mel [B, n_mels] (float32) of each reference's speech frames (within
-    SPEECH_FRAME_RANGE of its loudest valid frame; valid: before ref_lengths). A reference
-    without valid frames gives zeros."""
-    mel = tf.cast(ref_mel, tf.float32)
+def _speech_frames(mel, ref_lengths) -> tf.Tensor:
+    """float32 [B, T, 1]: 1 on each reference's speech frames (within SPEECH_FRAME_RANGE of its
+    loudest valid frame; valid: before ref_lengths), 0 elsewhere."""
     valid = length_mask(ref_lengths, tf.shape(mel)[1])
     level = tf.reduce_mean(mel, axis=-1)
     loudest = tf.reduce_max(tf.where(valid, level, level.dtype.min), axis=1, keepdims=True)
-    speech = tf.cast(valid & (level >= loudest - SPEECH_FRAME_RANGE), tf.float32)[..., None]
+    return tf.cast(valid & (level >= loudest - SPEECH_FRAME_RANGE), tf.float32)[..., None]
+
+
+def reference_spectrum(ref_mel, ref_lengths) -> tf.Tensor:
+    """The mean log10 mel [B, n_mels] (float32) of each reference's speech frames
+    (`_speech_frames`). A reference without valid frames gives zeros."""
+    mel = tf.cast(ref_mel, tf.float32)
+    speech = _speech_frames(mel, ref_lengths)
     return tf.math.divide_no_nan(tf.reduce_sum(mel * speech, axis=1),
                                  tf.reduce_sum(speech, axis=1))
+
+
+def reference_spread(ref_mel, ref_lengths) -> tf.Tensor:
+    """The standard deviation over time [B, n_mels] (float32) of each mel band of a reference's
+    speech frames (`_speech_frames`): how far its frames stray from its spectrum. A reference
+    without valid frames gives zeros."""
+    mel = tf.cast(ref_mel, tf.float32)
+    speech = _speech_frames(mel, ref_lengths)
+    count = tf.reduce_sum(speech, axis=1)
+    mean = tf.math.divide_no_nan(tf.reduce_sum(mel * speech, axis=1), count)
+    variance = tf.math.divide_no_nan(
+        tf.reduce_sum(tf.square(mel - mean[:, None]) * speech, axis=1), count)
+    return tf.sqrt(variance)
 
 
 class SpeakerEncoder(keras.layers.Layer):
@@ -106,7 +124,8 @@ class SpeakerEncoder(keras.layers.Layer):
     `num_speaker_latents` learned vectors, so any reference length gives L fixed latents
     (XTTS v2 uses 32). Padded reference frames are masked out of every attention. With
     model.reference_spectrum one row follows them: the reference's `reference_spectrum` in its
-    first n_mels values, zeros after (XTTSModel.split_latents takes it apart).
+    first n_mels values, zeros after; with model.reference_statistics one more, its
+    `reference_spread` laid out the same way (XTTSModel.split_latents takes them apart).
     """
 
     def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
@@ -116,6 +135,7 @@ class SpeakerEncoder(keras.layers.Layer):
         self.num_latents = config.num_speaker_latents
         self.dropout = config.dropout
         self.with_spectrum = config.reference_spectrum
+        self.with_spread = config.reference_statistics
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.conditioning = _stack(config, config.conditioning_layers, 0, "conditioning")
         self.resampler = _stack(config, config.perceiver_layers, 1, "perceiver_resampler")
@@ -140,8 +160,10 @@ class SpeakerEncoder(keras.layers.Layer):
         queries = tf.tile(queries, [tf.shape(ref_mel)[0], 1, 1])
         latents, _ = self.resampler(queries, None, memories=[x], memory_masks=[keys],
                                     seed=fold_seed(seed, 2), training=training)
-        if not self.with_spectrum:
+        rows = [reference_spectrum] if self.with_spectrum else []
+        rows += [reference_spread] if self.with_spread else []
+        if not rows:
             return latents
-        row = tf.pad(reference_spectrum(ref_mel, ref_lengths),
-                     [[0, 0], [0, self.d_model - self.n_mels]])
-        return tf.concat([latents, tf.cast(row, latents.dtype)[:, None]], axis=1)
+        rows = [tf.pad(row(ref_mel, ref_lengths), [[0, 0], [0, self.d_model - self.n_mels]])
+                for row in rows]
+        return tf.concat([latents, tf.cast(tf.stack(rows, axis=1), latents.dtype)], axis=1)

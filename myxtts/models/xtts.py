@@ -131,6 +131,9 @@ class DecodeState(NamedTuple):
     limit: tf.Tensor  # int32 [B]: the item's length cap in steps
     norms: tuple  # model.voice_norms: (float32 [B, N, 2, d],) the scale and shift of each of
     #   the decoder's N norms for this voice; () without (LiteRT refuses empty tensors)
+    statistics: tuple  # model.reference_statistics: float32 (the reference's spread [B, n],
+    #   speech frames written [B, 1], their sum [B, n], their sum of squares [B, n])
+    #   (`_mapped`); () without
 
     def to_tensors(self) -> Dict[str, tf.Tensor]:
         """The state as flat named tensors (SavedModel signature inputs and outputs): the
@@ -267,7 +270,7 @@ class XTTSModel(keras.Model):
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
                                  seed=fold_seed(seed, 0), training=training)
-        latents, spectrum = self.split_latents(self.speaker_encoder(
+        latents, spectrum, _ = self.split_latents(self.speaker_encoder(
             batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32), seed=fold_seed(seed, 1),
             training=training))
         voice = latents
@@ -317,7 +320,7 @@ class XTTSModel(keras.Model):
                                        tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
                                                   contrast_frames),
                                        seed=fold_seed(seed, 3), training=training)
-            own, _ = self.split_latents(own)
+            own = self.split_latents(own)[0]
             outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
                                                           tf.float32)
         return outputs
@@ -377,10 +380,15 @@ class XTTSModel(keras.Model):
 
     def split_latents(self, latents):
         """Speaker latents [B, speaker_latent_rows, d] → (the perceiver's [B, L, d], the
-        reference spectrum float32 [B, n_mels] or None without model.reference_spectrum)."""
-        if not self.config.reference_spectrum:
-            return latents, None
-        return latents[:, :-1], tf.cast(latents[:, -1, :self.n_mels], tf.float32)
+        reference spectrum float32 [B, n_mels] or None without model.reference_spectrum, the
+        reference's spread float32 [B, n_mels] or None without model.reference_statistics)."""
+        rows = [None, None]
+        for i, on in enumerate((self.config.reference_spectrum,
+                                self.config.reference_statistics)):
+            if on:
+                rows[i] = tf.cast(latents[:, self.config.num_speaker_latents + i, :self.n_mels],
+                                  tf.float32)
+        return latents[:, :self.config.num_speaker_latents], rows[0], rows[1]
 
     # ---- inference ------------------------------------------------------------------------
     def generate(self, tokens, token_lengths, language_ids, latents, max_steps=None, *,
@@ -431,8 +439,9 @@ class XTTSModel(keras.Model):
         tokens, token_lengths, language_ids, latents = self._guided_items(
             tokens, token_lengths, language_ids, latents)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
-        latents, spectrum = self.split_latents(tf.cast(latents, self.compute_dtype))
+        latents, spectrum, spread = self.split_latents(tf.cast(latents, self.compute_dtype))
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
+        statistics = () if spread is None else _start_statistics(spread)
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
         token_ends = (predicted_token_ends(self.duration_predictor(text, token_lengths),
@@ -463,7 +472,8 @@ class XTTSModel(keras.Model):
             token_ends=token_ends,
             limit=tf.clip_by_value(limit, 1, max_steps),
             norms=(() if self.decoder.voice_norms is None
-                   else (self.decoder.norm_modulation(latents),)))
+                   else (self.decoder.norm_modulation(latents),)),
+            statistics=statistics)
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
         """Runs up to `steps` more decoder steps (fewer when every item has ended or the
@@ -583,9 +593,13 @@ class XTTSModel(keras.Model):
     @staticmethod
     def _record(state: "DecodeState", frames, stop, align, stop_logit: float,
                 r: int) -> "DecodeState":
-        """Stores step `state.step` (frames [B, r*n], stop logits [B, r], align [B, T_text]),
-        applies the stopping rules and advances the step."""
+        """Stores step `state.step` (frames [B, r*n], stop logits [B, r], align [B, T_text];
+        with model.reference_statistics the frames as `_mapped`), applies the stopping rules
+        and advances the step."""
         step = state.step
+        if state.statistics:
+            frames, statistics = _mapped(frames, state.offset, state.statistics, state.done, r)
+            state = state._replace(statistics=statistics)
         over = stop > stop_logit
         stopped = tf.reduce_any(over, axis=-1)
         first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
@@ -613,7 +627,7 @@ class XTTSModel(keras.Model):
         tokens, token_lengths, language_ids, latents = self._guided_items(
             tokens, token_lengths, language_ids, latents)
         text = self.text_encoder(tokens, token_lengths, language_ids)
-        latents, _ = self.split_latents(tf.cast(latents, self.compute_dtype))
+        latents = self.split_latents(tf.cast(latents, self.compute_dtype))[0]
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
         aligned = (self._aligned_step_inputs(state.text, state.token_ends,
                                              _token_lengths(state), 0, max_steps * r)
@@ -657,6 +671,52 @@ class XTTSModel(keras.Model):
         mel = self.postnet(mel_before[:, :used], length_mask(lengths, used))
         return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
                           [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
+
+
+# model.reference_statistics: a written frame counts as speech when its mean log10 mel is at
+# most this far (10 dB) below the reference spectrum's mean; the statistics start with this many
+# frames of the reference's own mean and spread, so the first frames are mapped gently.
+STATISTICS_SPEECH_RANGE = 1.0
+STATISTICS_PRIOR_FRAMES = 20
+# The most a band's deviations are stretched or shrunk (a near-constant band is not blown up).
+STATISTICS_MAX_SCALE = 2.0
+
+
+def _start_statistics(spread) -> tuple:
+    """DecodeState.statistics before any frame is written (`_mapped`)."""
+    zeros = tf.zeros_like(spread)
+    return (spread, zeros[:, :1], zeros, zeros)
+
+
+def _mapped(frames, offset, statistics, done, r: int):
+    """One step's written frames [B, r*n] (log10 mel, before the postnet) mapped to the
+    reference's statistics, and the statistics with them. The step's speech frames (of items
+    still running) join each band's count, sum and sum of squares; the band's mean m and
+    deviation s are those of the speech frames written so far, with STATISTICS_PRIOR_FRAMES
+    frames of the reference's mean (spectrum) and spread added to each; every frame becomes
+    spectrum + (frame - m) * spread / s (the factor kept within [1 / STATISTICS_MAX_SCALE,
+    STATISTICS_MAX_SCALE]). A frame depends only on the frames before it, so the streamed
+    decode maps it as the whole decode does."""
+    spread, count, sums, squares = statistics
+    n = spread.shape[-1]
+    spectrum = offset[:, :n]
+    x = tf.reshape(frames, [-1, r, n])
+    floor = tf.reduce_mean(spectrum, axis=-1)[:, None, None] - STATISTICS_SPEECH_RANGE
+    speech = tf.cast((tf.reduce_mean(x, axis=-1, keepdims=True) >= floor)
+                     & ~done[:, None, None], tf.float32)
+    count = count + tf.reduce_sum(speech, axis=1)
+    sums = sums + tf.reduce_sum(x * speech, axis=1)
+    squares = squares + tf.reduce_sum(tf.square(x) * speech, axis=1)
+    prior = float(STATISTICS_PRIOR_FRAMES)
+    mean = (prior * spectrum + sums) / (prior + count)
+    # the prior frames stray by the spread around the mean, the written ones by their own
+    # distance from it
+    variance = (prior * tf.square(spread) + squares - 2.0 * mean * sums
+                + count * tf.square(mean)) / (prior + count)
+    scale = tf.clip_by_value(spread / tf.sqrt(tf.maximum(variance, 1e-6)),
+                             1.0 / STATISTICS_MAX_SCALE, STATISTICS_MAX_SCALE)
+    mapped = spectrum[:, None] + (x - mean[:, None]) * scale[:, None]
+    return tf.reshape(mapped, tf.shape(frames)), (spread, count, sums, squares)
 
 
 def _token_lengths(state: DecodeState) -> tf.Tensor:
