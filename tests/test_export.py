@@ -204,6 +204,35 @@ class ReferenceSpectrumSignaturesTest(unittest.TestCase):
         np.testing.assert_allclose(state["frames"], own.frames, atol=1e-4)
 
 
+class ReferenceStatisticsSignaturesTest(unittest.TestCase):
+    """A model.reference_statistics model serves its spread row, and its mapped decode, through
+    the signatures: the whole decode and the decode driven a few steps a call (as a streaming
+    client drives it) give the model's own frames."""
+
+    def test_the_served_decode_maps_the_frames_as_the_model_does(self):
+        config, model, module = _served({"model.reference_spectrum": True,
+                                         "model.reference_statistics": True,
+                                         "model.d_model": 48})
+        signatures = module.signatures()
+        latents, tokens = _latents_and_tokens(config, signatures)
+        self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 2,
+                                         config.model.d_model))
+        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
+        own = model.generate(*tokens.values(), latents, max_steps=6)
+        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
+        state = signatures["decode_start"](speaker_latents=latents, **tokens)
+        self.assertIn("statistics_3", state)
+        for _ in range(3):
+            state = signatures["decode_steps"](steps=tf.constant(2), **state)
+        whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
+        np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
+        unmapped = _served({"model.reference_spectrum": True, "model.d_model": 48})[1]
+        unmapped.set_weights(model.get_weights())
+        plain = unmapped.decode_steps(unmapped.start_decode(*tokens.values(), latents[:, :-1],
+                                                            6), 6)
+        self.assertGreater(float(tf.reduce_max(tf.abs(plain.frames - whole.frames))), 1e-2)
+
+
 class VoiceGuidanceSignaturesTest(unittest.TestCase):
     """A model.voice_guidance model serves its guided decode (every item twice inside the
     state) through the signatures, giving the model's own mel."""
