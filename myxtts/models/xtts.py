@@ -36,7 +36,8 @@ Public API (docs/model.md has the diagram and the contracts):
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
         L = config.speaker_latent_rows: the perceiver's latents, and with model.reference_spectrum
         the reference's spectrum as one more row (`split_latents`); the decoder then reads and
-        writes frames relative to that spectrum
+        writes frames relative to that spectrum; with model.reference_statistics its spread
+        as one more, and the decode maps every written frame to both (`_mapped`)
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
         out["mel_lengths"] int32   [B]
