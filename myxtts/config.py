@@ -156,6 +156,12 @@ class ModelConfig:
                                          "spectrum follows the reference, also for voices far "
                                          "from the training ones. It travels as one more "
                                          "latent row (needs d_model >= n_mels).")
+    reference_spread: bool = _m(False, "Decode relative to the reference's spread as well "
+                                       "(needs reference_spectrum): the decoder reads and "
+                                       "writes frames in units of each mel band's standard "
+                                       "deviation over the reference's speech frames (at "
+                                       "least 0.1), around its spectrum. The spread travels "
+                                       "as one more latent row.")
     reference_statistics: bool = _f(False, "Decoding (needs reference_spectrum): each "
                                            "written frame is mapped so that, over the speech "
                                            "frames written so far, every mel band has the "
@@ -242,9 +248,9 @@ class ModelConfig:
     def speaker_latent_rows(self) -> int:
         """Rows of the speaker latents the model takes: the perceiver's latents, plus the
         reference spectrum's row with reference_spectrum and the spread's with
-        reference_statistics."""
+        reference_statistics or reference_spread."""
         return (self.num_speaker_latents + int(self.reference_spectrum)
-                + int(self.reference_statistics))
+                + int(self.reference_statistics or self.reference_spread))
 
 
 @dataclasses.dataclass
@@ -560,6 +566,9 @@ class XTTSConfig:
              "needs model.reference_spectrum: the output is mapped to the reference's mean and "
              "spread around the spectrum the decoder writes relative to. Turn "
              "reference_spectrum on (and train with it) or leave reference_statistics off.")
+        need(not m.reference_spread or m.reference_spectrum, "model.reference_spread",
+             "needs model.reference_spectrum: frames are read and written in units of the "
+             "reference's spread around its spectrum.")
         need(m.d_model % m.num_heads == 0, "model.d_model",
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",

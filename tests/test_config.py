@@ -67,6 +67,11 @@ class ConfigTest(unittest.TestCase):
         config.override({"model.voice_guidance": 2.0})
         self.assertEqual(config.model.voice_guidance, 2.0)
 
+    def test_reference_spread_needs_the_reference_spectrum(self):
+        with self.assertRaisesRegex(ConfigError, "model.reference_spread needs "
+                                                 "model.reference_spectrum"):
+            XTTSConfig.from_yaml(_write("model:\n  reference_spread: true\n"))
+
     def test_reference_statistics_needs_the_reference_spectrum(self):
         with self.assertRaisesRegex(ConfigError, "model.reference_statistics needs "
                                                  "model.reference_spectrum"):

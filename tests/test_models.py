@@ -258,6 +258,52 @@ class ReferenceSpectrumTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
+class ReferenceSpreadTest(unittest.TestCase):
+    """model.reference_spread: the decoder reads and writes frames in units of the reference's
+    spread around its spectrum."""
+
+    @classmethod
+    def setUpClass(cls):
+        tf.random.set_seed(0)
+        cls.config = tiny_config(reference_spectrum=True, reference_spread=True,
+                                 decode_attention_window=0, d_model=48)
+        cls.model = tiny_model(cls.config)
+        cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
+        cls.batch = random_batch(cls.config, token_lengths=(7, 5))
+        cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"],
+                                                cls.batch["ref_lengths"]).numpy()
+
+    def _frames(self, latents, steps=8):
+        b = self.batch
+        state = self.model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"],
+                                        tf.constant(latents), steps)
+        state = self.model.decode_steps(state, steps, 0.99999)
+        return tf.transpose(state.frames, [1, 0, 2]).numpy().reshape(2, steps * self.r, self.n)
+
+    def test_a_wider_reference_spread_widens_every_decoded_frame_by_as_much(self):
+        self.assertEqual(self.latents.shape[1], self.config.model.num_speaker_latents + 2)
+        wide = self.latents.copy()
+        wide[:, -1, :self.n] *= 2.0
+        spectrum = self.latents[:, -2, :self.n][:, None]
+        base, wider = self._frames(self.latents), self._frames(wide)
+        # the spread floor aside, every band's distance from the spectrum doubles
+        free = (self.latents[:, -1, :self.n] >= 0.1)[:, None] & np.ones_like(base, bool)
+        np.testing.assert_allclose((wider - spectrum)[free], 2.0 * (base - spectrum)[free],
+                                   atol=1e-4)
+
+    def test_teacher_forcing_on_the_decoded_frames_gives_them_back(self):
+        b = self.batch
+        decoded = self._frames(self.latents)
+        forced = self.model(dict(b, mel=tf.constant(decoded),
+                                 mel_lengths=tf.constant([8 * self.r] * 2)),
+                            training=False)["mel_before"]
+        self.assertLessEqual(_max_diff(forced, decoded), 1e-4)
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], tf.constant(self.latents))
+        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+
+
 class ReferenceStatisticsTest(unittest.TestCase):
     """model.reference_statistics: the reference's spread per mel band travels as one more
     latent row, and every decoded frame is mapped to the reference's mean and spread over the

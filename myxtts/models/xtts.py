@@ -121,6 +121,8 @@ class DecodeState(NamedTuple):
     #   (relative to `offset`)
     offset: tf.Tensor  # float32 [B, r * n_mels]: the reference spectrum added to every step's
     #   frames (model.reference_spectrum; zeros without)
+    scale: tf.Tensor  # float32 [B, r * n_mels]: the reference's spread every step's frames are
+    #   multiplied by before (model.reference_spread; ones without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
     text: tf.Tensor  # compute dtype [B, T, d]: the encoded text with its voice (and, with
@@ -271,9 +273,10 @@ class XTTSModel(keras.Model):
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
                                  seed=fold_seed(seed, 0), training=training)
-        latents, spectrum, _ = self.split_latents(self.speaker_encoder(
+        latents, spectrum, spread = self.split_latents(self.speaker_encoder(
             batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32), seed=fold_seed(seed, 1),
             training=training))
+        scale = self._frame_scale(spread)
         voice = latents
         latents = self._drop_voices(latents, fold_seed(seed, 6), training)
         mel = batch["mel"]
@@ -298,10 +301,10 @@ class XTTSModel(keras.Model):
                 ends = tf.cast(tf.cumsum(reading["durations"], axis=1), tf.int32)
                 step_inputs = self._aligned_step_inputs(voiced, ends, token_lengths, 0, t)
         if step_inputs is None:
-            step_inputs = previous_step_inputs(_shift(mel, spectrum, -1.0), r)
+            step_inputs = previous_step_inputs(_relative(mel, spectrum, scale), r)
         frames, stop, text_attention = self.decoder(
             step_inputs, latents, text, text_mask, seed=fold_seed(seed, 2), training=training)
-        mel_before = _shift(tf.reshape(frames, [b, t, n]), spectrum, 1.0)
+        mel_before = _absolute(tf.reshape(frames, [b, t, n]), spectrum, scale)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
                    "stop_logits": tf.reshape(stop, [b, t]),
@@ -382,14 +385,23 @@ class XTTSModel(keras.Model):
     def split_latents(self, latents):
         """Speaker latents [B, speaker_latent_rows, d] → (the perceiver's [B, L, d], the
         reference spectrum float32 [B, n_mels] or None without model.reference_spectrum, the
-        reference's spread float32 [B, n_mels] or None without model.reference_statistics)."""
+        reference's spread float32 [B, n_mels] or None without model.reference_statistics or
+        reference_spread)."""
+        m = self.config
         rows = [None, None]
-        for i, on in enumerate((self.config.reference_spectrum,
-                                self.config.reference_statistics)):
+        for i, on in enumerate((m.reference_spectrum,
+                                m.reference_statistics or m.reference_spread)):
             if on:
-                rows[i] = tf.cast(latents[:, self.config.num_speaker_latents + i, :self.n_mels],
+                rows[i] = tf.cast(latents[:, m.num_speaker_latents + i, :self.n_mels],
                                   tf.float32)
         return latents[:, :self.config.num_speaker_latents], rows[0], rows[1]
+
+    def _frame_scale(self, spread):
+        """float32 [B, n_mels]: the unit frames are read and written in (model.reference_spread:
+        the reference's spread, at least SPREAD_FLOOR), or None."""
+        if not self.config.reference_spread:
+            return None
+        return tf.maximum(spread, SPREAD_FLOOR)
 
     # ---- inference ------------------------------------------------------------------------
     def generate(self, tokens, token_lengths, language_ids, latents, max_steps=None, *,
@@ -442,7 +454,9 @@ class XTTSModel(keras.Model):
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
         latents, spectrum, spread = self.split_latents(tf.cast(latents, self.compute_dtype))
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
-        statistics = () if spread is None else _start_statistics(spread)
+        unit = self._frame_scale(spread)
+        scale = tf.ones([b, r * n]) if unit is None else tf.tile(unit, [1, r])
+        statistics = _start_statistics(spread) if self.config.reference_statistics else ()
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
         token_ends = (predicted_token_ends(self.duration_predictor(text, token_lengths),
@@ -462,7 +476,7 @@ class XTTSModel(keras.Model):
             alignments=slot_buffer(max_steps, [b, t_text], tf.float32),
             done=tf.zeros([b], tf.bool), lengths=tf.zeros([b], tf.int32),
             by_stop=tf.zeros([b], tf.bool), peaks=tf.zeros([b], tf.int32),
-            previous=tf.zeros([b, r * n]), offset=offset,
+            previous=tf.zeros([b, r * n]), offset=offset, scale=scale,
             caches=tuple((slot_buffer(max_steps, cache_shape, self.compute_dtype),
                           slot_buffer(max_steps, cache_shape, self.compute_dtype), forward)
                          for _ in blocks),
@@ -515,7 +529,7 @@ class XTTSModel(keras.Model):
                 modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
         if isinstance(steps, int) and in_static_context() and not in_xla_context():
@@ -646,7 +660,7 @@ class XTTSModel(keras.Model):
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
             if aligned is None:
                 inputs = tf.concat([inputs, frames[:, None]], axis=1)
             return s, inputs, windows
@@ -673,6 +687,10 @@ class XTTSModel(keras.Model):
         return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
                           [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
 
+
+# model.reference_spread: the least spread (log10 mel) a band's frames are scaled by, so a band
+# the reference hardly moves does not magnify the decoder's errors.
+SPREAD_FLOOR = 0.1
 
 # model.reference_statistics: a written frame counts as speech when its mean log10 mel is at
 # most this far (10 dB) below the reference spectrum's mean; the statistics start with this many
@@ -744,9 +762,20 @@ def _first_half(x: tf.Tensor, axis: int = 0) -> tf.Tensor:
     return tf.split(x, 2, axis=axis)[0]
 
 
-def _shift(mel, spectrum, sign: float):
-    """mel [B, T, n] + sign * spectrum [B, n] on every frame (mel itself when spectrum is
-    None)."""
-    if spectrum is None:
-        return mel
-    return mel + sign * tf.cast(spectrum, mel.dtype)[:, None]
+def _relative(mel, spectrum, scale):
+    """Absolute frames mel [B, T, n] in the decoder's terms: less the reference spectrum
+    [B, n] (None: none) and over the frame scale [B, n] (None: none)."""
+    if spectrum is not None:
+        mel = mel - tf.cast(spectrum, mel.dtype)[:, None]
+    if scale is not None:
+        mel = mel / tf.cast(scale, mel.dtype)[:, None]
+    return mel
+
+
+def _absolute(frames, spectrum, scale):
+    """The inverse of `_relative`."""
+    if scale is not None:
+        frames = frames * tf.cast(scale, frames.dtype)[:, None]
+    if spectrum is not None:
+        frames = frames + tf.cast(spectrum, frames.dtype)[:, None]
+    return frames
