@@ -520,7 +520,9 @@ class XTTSConfig:
             if not cond:
                 if key in names:
                     flag, value = names[key]
-                    raise ConfigError(f"{flag} {msg.rstrip('.')} (got {value!r}; it sets {key}).")
+                    # a switch reads as the model commands' flags write it
+                    shown = ("on" if value else "off") if isinstance(value, bool) else repr(value)
+                    raise ConfigError(f"{flag} {msg.rstrip('.')} (got {shown}; it sets {key}).")
                 raise ConfigError(f"{source}: {key} {msg}")
 
         for key in ("sample_rate", "n_fft", "hop_length", "win_length", "n_mels", "batch_size",

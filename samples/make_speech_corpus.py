@@ -22,17 +22,21 @@ sox pitch/tempo-shifted copies of them (flite first) until there are --voices. -
 speech from --books go to the training voices, each utterance to the voice with the least so
 far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --held-out-books
 per voice go to <out>_unseen1, <out>_unseen2, ... --outside-sets N also writes the first N of
-four sets of six voices from outside the inventory, each for judging a recipe once the sets
+five sets of voices from outside the inventory, each for judging a recipe once the sets
 before it have been looked at while choosing it (their texts follow the held-out sets', in this
 order): <out>_outside, festival's two English diphone voices (another synthesiser) and four
 espeak-ng variants the inventory leaves out; <out>_outside2, six more espeak-ng variants no
 other set uses, in other accents; <out>_outside3, six more (espeak-ng's one remaining female
 variant unlike any training voice and five male ones); <out>_outside4, festival's Italian,
 Finnish and Czech voices, a woman and a man each, reading the English texts by their own
-languages' rules: recordings of real people (diphone synthesis) in accents no training voice has.
+languages' rules: recordings of real people (diphone synthesis) in accents no training voice has;
+<out>_outside5, five more of festival's: a Catalan woman and an American one (statistical
+parametric voices, another kind of synthesis), a Czech boy and man, a Russian man (festival's
+Hindi, Marathi and Telugu voices crash on English text).
 The festival sets need `apt-get install festival festvox-kallpc16k festvox-kdlpc16k` (outside)
 and `festvox-italp16k festvox-itapc16k festvox-suopuhe-lj festvox-suopuhe-mv festvox-czech-dita
-festvox-czech-ph` (outside4). Every
+festvox-czech-ph` (outside4) and `festvox-ca-ona-hts festvox-us-slt-hts festvox-czech-krb
+festvox-czech-machac festvox-ru` (outside5). Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
 """
@@ -76,10 +80,15 @@ OUTSIDE_SETS = [
     [("festival", "lp_diphone", "", True), ("festival", "pc_diphone", "", False),
      ("festival", "suo_fi_lj_diphone", "", True), ("festival", "hy_fi_mv_diphone", "", False),
      ("festival", "czech_dita", "", True), ("festival", "czech_ph", "", False)],
+    [("festival", "upc_ca_ona_hts", "", True), ("festival", "cmu_us_slt_arctic_hts", "", True),
+     ("festival", "czech_krb", "", True), ("festival", "czech_machac", "", False),
+     ("festival", "msu_ru_nsh_clunits", "", False)],
 ]
 FESTIVAL_PACKAGES = [["festvox-kallpc16k", "festvox-kdlpc16k"], [], [],
                      ["festvox-italp16k", "festvox-itapc16k", "festvox-suopuhe-lj",
-                      "festvox-suopuhe-mv", "festvox-czech-dita", "festvox-czech-ph"]]
+                      "festvox-suopuhe-mv", "festvox-czech-dita", "festvox-czech-ph"],
+                     ["festvox-ca-ona-hts", "festvox-us-slt-hts", "festvox-czech-krb",
+                      "festvox-czech-machac", "festvox-ru"]]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 

@@ -78,7 +78,7 @@ class ConfigTest(unittest.TestCase):
             XTTSConfig.from_yaml(_write("model:\n  reference_statistics: true\n"))
         config = XTTSConfig()
         with self.assertRaisesRegex(ConfigError, "--reference-statistics needs model.reference_"
-                                                 "spectrum.*it sets model.reference_statistics"):
+                                                 "spectrum.*got on; it sets model.reference_statistics"):
             config.override({"model.reference_statistics": True},
                             names={"model.reference_statistics": "--reference-statistics"})
 
