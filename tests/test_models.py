@@ -258,20 +258,26 @@ class ReferenceSpectrumTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
+def _reference_row_model(cls, **setting) -> None:
+    """A test class's tiny reference_spectrum model with one more reference-row `setting`, its
+    batch of two items and their speaker latents (cls.config, model, n, r, batch, latents)."""
+    tf.random.set_seed(0)
+    cls.config = tiny_config(reference_spectrum=True, decode_attention_window=0, d_model=48,
+                             **setting)
+    cls.model = tiny_model(cls.config)
+    cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
+    cls.batch = random_batch(cls.config, token_lengths=(7, 5))
+    cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"], cls.batch["ref_lengths"])
+
+
 class ReferenceSpreadTest(unittest.TestCase):
     """model.reference_spread: the decoder reads and writes frames in units of the reference's
     spread around its spectrum."""
 
     @classmethod
     def setUpClass(cls):
-        tf.random.set_seed(0)
-        cls.config = tiny_config(reference_spectrum=True, reference_spread=True,
-                                 decode_attention_window=0, d_model=48)
-        cls.model = tiny_model(cls.config)
-        cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
-        cls.batch = random_batch(cls.config, token_lengths=(7, 5))
-        cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"],
-                                                cls.batch["ref_lengths"]).numpy()
+        _reference_row_model(cls, reference_spread=True)
+        cls.latents = cls.latents.numpy()
 
     def _frames(self, latents, steps=8):
         b = self.batch
@@ -311,16 +317,10 @@ class ReferenceStatisticsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        tf.random.set_seed(0)
-        cls.config = tiny_config(reference_spectrum=True, reference_statistics=True,
-                                 decode_attention_window=0, d_model=48)
-        cls.model = tiny_model(cls.config)
+        _reference_row_model(cls, reference_statistics=True)
         cls.plain = tiny_model(tiny_config(reference_spectrum=True, decode_attention_window=0,
                                            d_model=48))
         cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
-        cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
-        cls.batch = random_batch(cls.config, token_lengths=(7, 5))
-        cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"], cls.batch["ref_lengths"])
 
     def test_the_spread_travels_after_the_spectrum(self):
         from myxtts.models.encoders import SPEECH_FRAME_RANGE
