@@ -4,13 +4,16 @@
      vs the same step on batches already staged on the model device, for each feature mode
      (goal: <= 1.10x for configs/small.yaml on a 2-core CPU, raw and cached);
   2. --xla-vs-plain: the XLA-compiled step vs the plain tf.function step, on staged batches;
-  3. --loop-overhead: the host time XTTSTrainer.fit spends around each step when it reads the
+  3. --cpu-kernels: the staged step with TensorFlow's oneDNN CPU kernels vs its own kernels
+     (TF_ENABLE_ONEDNN_OPTS=1 / 0, read when TensorFlow starts: each in a process of its own;
+     devices.choose_cpu_kernels);
+  4. --loop-overhead: the host time XTTSTrainer.fit spends around each step when it reads the
      step's scalars back every step (as it used to) vs only at log points (as it does), with a
      trivial model whose step is so short that the loop's own overhead dominates.
 
     python benchmarks/bench_training_step.py [--config configs/small.yaml]
         [--train-data samples/ljspeech_sample] [--epochs 3] [--feature-modes raw,cached]
-        [--noxla] [--xla-vs-plain] [--data-gpu 0 --model-gpu 1]
+        [--noxla] [--xla-vs-plain] [--cpu-kernels] [--data-gpu 0 --model-gpu 1]
     python benchmarks/bench_training_step.py --loop-overhead [--steps 2000] [--repeats 5]
 
 Every bucket shape is compiled before timing. Pipeline and staged epochs alternate (and the
@@ -23,7 +26,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -101,6 +106,26 @@ def xla_vs_plain(config, plan, work: str, pipeline, staged) -> None:
     xla_ms, plain_ms = 1e3 * min(times[True]), 1e3 * min(times[False])
     print(f"XLA step: {xla_ms:7.2f} ms/step; non-XLA step: {plain_ms:7.2f} ms/step; "
           f"non-XLA / XLA ratio: {plain_ms / xla_ms:.2f}x")
+
+
+def cpu_kernels(args) -> None:
+    """This script's staged step in two processes, oneDNN's kernels and TensorFlow's own."""
+    command = [sys.executable, os.path.abspath(__file__), "--config", args.config,
+               "--train-data", args.train_data, "--epochs", str(args.epochs),
+               "--feature-modes", args.feature_modes.split(",")[0]] + (
+                   ["--noxla"] if args.noxla else [])
+    ms = {}
+    for setting, name in (("1", "oneDNN"), ("0", "TensorFlow's own")):
+        proc = subprocess.run(command, capture_output=True, text=True,
+                              env=dict(os.environ, TF_ENABLE_ONEDNN_OPTS=setting))
+        found = re.search(r"staged on \S+ +([\d.]+) ms/step", proc.stdout)
+        if proc.returncode != 0 or not found:
+            sys.exit(f"the {name} run failed:\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        ms[name] = float(found.group(1))
+        print(f"{name:>16} kernels (TF_ENABLE_ONEDNN_OPTS={setting}): staged step "
+              f"{ms[name]:8.1f} ms", flush=True)
+    own, onednn = ms["TensorFlow's own"], ms["oneDNN"]
+    print(f"TensorFlow's own / oneDNN: {own / onednn:.2f}x")
 
 
 def loop_overhead(args, plan, work: str) -> None:
@@ -219,6 +244,8 @@ def main() -> None:
     parser.add_argument("--noxla", action="store_true", help="training.xla: false")
     parser.add_argument("--xla-vs-plain", action="store_true",
                         help="also compare the XLA step with the plain tf.function step")
+    parser.add_argument("--cpu-kernels", action="store_true",
+                        help="only compare oneDNN's CPU kernels with TensorFlow's own")
     parser.add_argument("--loop-overhead", action="store_true",
                         help="only measure fit's per-step host overhead (trivial model)")
     parser.add_argument("--steps", type=int, default=2000, help="--loop-overhead steps per run")
@@ -228,6 +255,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
+    if args.cpu_kernels:
+        cpu_kernels(args)
+        return
     plan = devices.configure(devices.plan_devices(args.data_gpu, args.model_gpu))
     work = tempfile.mkdtemp(prefix="bench_step_")
     if args.loop_overhead:

@@ -15,6 +15,7 @@ import sys
 import tempfile
 from typing import Callable, Iterator, Optional, Sequence, Tuple, TypeVar
 
+from myxtts.devices import choose_cpu_kernels
 from myxtts.errors import MyXTTSError
 
 T = TypeVar("T")
@@ -47,8 +48,9 @@ def setup_logging() -> None:
 
 @contextlib.contextmanager
 def quiet_tensorflow_start(verbose: bool = False) -> Iterator[None]:
-    """Wrap the code that first imports TensorFlow: unless `verbose`, its C++ start-up lines and
-    E0000 lines are kept off the console.
+    """Wrap the code that first imports TensorFlow: its CPU kernels are chosen first
+    (devices.choose_cpu_kernels) and, unless `verbose`, its C++ start-up lines and E0000 lines
+    are kept off the console.
 
     Sets TF_CPP_MIN_LOG_LEVEL=3, which hides TensorFlow's C++ INFO/WARNING/ERROR log lines, e.g.
     `failed call to cuInit ... (303)` on CPU-only machines and `Compiled cluster using XLA!`;
@@ -57,6 +59,7 @@ def quiet_tensorflow_start(verbose: bool = False) -> Iterator[None]:
     stderr inside the block, everything else written there is passed on. A user who set
     TF_CPP_MIN_LOG_LEVEL keeps that level, and sees those lines too when it shows INFO (0).
     """
+    choose_cpu_kernels()
     if verbose:
         yield
         return

@@ -10,6 +10,7 @@ imports no TensorFlow. This module imports TensorFlow at module level: import it
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import List
 
 import tensorflow as tf
@@ -85,8 +86,17 @@ def startup_report(plan: DevicePlan) -> str:
         lines.append(f"  cluster: {plan.cluster.describe()}")
     if plan.gpus_found:
         lines.append("  " + gpu_list_text(plan.gpus_found))
+    lines.append(f"  CPU kernels: {cpu_kernels()}")
     lines.append(f"  tensorflow-io: {tensorflow_io_status()[1]}")
     return "\n".join(lines)
+
+
+def cpu_kernels() -> str:
+    """Which CPU kernels this TensorFlow runs: oneDNN's or its own (devices.choose_cpu_kernels)."""
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+    setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    told = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else ""
+    return ("oneDNN" if _pywrap_util_port.IsMklEnabled() else "TensorFlow's own, not oneDNN") + told
 
 
 def self_check(plan: DevicePlan) -> List[str]:

@@ -53,7 +53,9 @@ class ReadingProbe(keras.layers.Layer):
         x = x - tf.reduce_mean(x, axis=-1, keepdims=True)
         for i, dilation in enumerate(PROBE_DILATIONS):
             kernel, bias = getattr(self, f"conv{i}_kernel"), getattr(self, f"conv{i}_bias")
-            x = tf.nn.relu(tf.nn.conv1d(x, weight(kernel), stride=1, padding="SAME",
-                                        dilations=dilation) + weight(bias))
+            # tf.nn.convolution, not tf.nn.conv1d: TensorFlow's CPU kernels without oneDNN have
+            # no input gradient for conv1d's dilations (devices.choose_cpu_kernels).
+            x = tf.nn.relu(tf.nn.convolution(x, weight(kernel), padding="SAME",
+                                             dilations=dilation) + weight(bias))
         logits = tf.matmul(x, weight(self.out_kernel)) + weight(self.out_bias)
         return tf.cast(logits, tf.float32)
