@@ -93,9 +93,13 @@ def startup_report(plan: DevicePlan) -> str:
 
 def cpu_kernels() -> str:
     """Which CPU kernels this TensorFlow runs: oneDNN's or its own (devices.choose_cpu_kernels)."""
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
     setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     told = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else ""
+    # pylint: disable=import-outside-toplevel
+    try:  # TensorFlow's own answer, from a module it does not promise to keep
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return "not reported by this TensorFlow" + told
     return ("oneDNN" if _pywrap_util_port.IsMklEnabled() else "TensorFlow's own, not oneDNN") + told
 
 

@@ -457,8 +457,8 @@ def choose_cpu_kernels() -> None:
 
     TensorFlow turns them on by itself only on CPUs with AVX-512 VNNI or BF16 or AMX. Without
     them (an AMD EPYC of the Zen 3 family, AVX2: docs/training.md) its other kernels ran a
-    configs/clone_quick.yaml training step 1.7 times slower and have no input gradient for a
-    dilated convolution called directly (tf.nn.conv1d with dilations > 1)."""
+    training step 1.5-1.7 times slower and have no input gradient for a dilated convolution
+    called directly (tf.nn.conv1d with dilations > 1)."""
     if platform.machine().lower() in ("x86_64", "amd64"):
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
