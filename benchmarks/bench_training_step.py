@@ -258,6 +258,8 @@ def main() -> None:
     parser.add_argument("--data-gpu", type=int, default=None)
     parser.add_argument("--model-gpu", type=int, default=None)
     args = parser.parse_args()
+    if args.repeats is not None and args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: give 1 or more rounds")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
 
     if args.cpu_kernels:
