@@ -260,14 +260,24 @@ class TrainingConfig:
     epochs: int = _f(100, "Passes over the training set (--epochs).")
     max_steps: int = _f(0, "Stop after this many optimizer steps in total, counting resumed "
                            "ones; 0 = no limit (--max-steps).")
-    max_minutes: float = _f(0.0, "Stop and save after this many minutes of training in this "
-                                 "process (counted from the start of fit, so a resumed run "
-                                 "gets them again); 0 = no limit. Ends a time-boxed recipe "
+    max_minutes: float = _f(0.0, "Stop and save after this many minutes of training in "
+                                 "total: from the start of each fit, summed over resumed "
+                                 "ones (the checkpoint keeps them; raise it to train a "
+                                 "finished run on); 0 = no limit. Ends a time-boxed recipe "
                                  "on any machine.")
     optimizer: str = _f("adamw", "adamw | muon.")
     learning_rate: float = _f(2e-4, "Peak learning rate (--lr).")
     lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
     warmup_steps: int = _f(1000, "Linear warmup steps.")
+    lr_clock: bool = _f(False, "The learning-rate schedule also advances by the clock: at "
+                               "every step it stands at the larger of the step and the "
+                               "share of max_minutes trained times the step where training "
+                               "ends (max_steps, else the end of the cosine decay). A "
+                               "recipe that a slower machine ends by max_minutes then still "
+                               "finishes its warmup and decay; where the steps end it first, "
+                               "nothing changes. Needs max_minutes and a cosine or noam "
+                               "schedule; one machine only (the workers of a multi-worker "
+                               "run keep different clocks).")
     min_lr_ratio: float = _f(0.05, "Cosine floor as a fraction of the peak learning rate.")
     decay_steps: int = _f(200000, "Cosine decay length in optimizer steps.")
     weight_decay: float = _f(0.01, "AdamW weight decay (not applied to norms, biases, "
@@ -615,6 +625,15 @@ class XTTSConfig:
         need(t.epochs >= 1, "training.epochs", "must be >= 1.")
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
         need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
+        need(not t.lr_clock or t.max_minutes > 0, "training.lr_clock",
+             "advances the schedule by the share of training.max_minutes trained: set "
+             "max_minutes, or set lr_clock to false.")
+        need(not t.lr_clock or t.lr_schedule != "constant", "training.lr_clock",
+             "has nothing to advance with lr_schedule constant: use cosine or noam, or set "
+             "lr_clock to false.")
+        need(not t.lr_clock or t.max_steps > 0 or t.lr_schedule == "cosine",
+             "training.lr_clock", "needs the step where training ends: set "
+             "training.max_steps (a noam schedule has no end of its own).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
         need(t.alignment_loss_weight >= 0, "training.alignment_loss_weight",
              "must be >= 0 (0 = off).")

@@ -257,9 +257,9 @@ class TrainingOnTwoDevicesTest(unittest.TestCase):
         r["resumed_step"] = resumed.global_step
         r["resumed_mismatched"] = _mismatched(resumed, saved)
 
-        # training.max_minutes ends a fit by itself (after the first step here), with a
-        # checkpoint.
-        trainer.config.training.max_minutes = 1e-9
+        # training.max_minutes (the run's minutes, the checkpoint's among them) ends a fit by
+        # itself (after the first step here), with a checkpoint.
+        trainer.config.training.max_minutes = float(trainer.minutes_trained.numpy()) + 1e-9
         again = trainer.fit(pipeline)
         r["timed_fit"] = [again.step, again.reason, os.path.basename(again.checkpoint)]
 

@@ -42,10 +42,18 @@ from myxtts.run_directory import TENSORBOARD_DIR
 from myxtts.training.checkpoints import resolve_checkpoint_path
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.precision import apply_precision, resolve_precision
+from myxtts.training.schedules import ScheduleClock
 
 logger = logging.getLogger("myxtts.training")
 
 Batch = Dict[str, tf.Tensor]
+
+
+LR_CLOCK_MULTI_WORKER = (
+    "training.lr_clock is set, but this run trains on several workers (TF_CONFIG): each "
+    "machine keeps its own clock, so their learning rates, and with them the replicas' "
+    "weights, would drift apart. End a multi-worker run by --max-steps, or set "
+    "training.lr_clock: false.")
 
 
 class TrainingStopped(MyXTTSError, RuntimeError):
@@ -128,6 +136,10 @@ class Trainer:
         self.run_directory = tc.checkpoint_dir
         self.directory = (distribution.writable_directory(tc.checkpoint_dir) if distribution
                           else tc.checkpoint_dir)
+        if tc.lr_clock and distribution is not None and distribution.num_workers > 1:
+            raise MyXTTSError(LR_CLOCK_MULTI_WORKER)
+        # training.lr_clock: the subclass creates it with its optimizer; set after every update.
+        self.schedule_clock: Optional[ScheduleClock] = None
         self._stop_signal: Optional[int] = None
         self._last_save = time.monotonic()
         self.precision = resolve_precision(tc.precision, self.model_device, tc.tf32)
@@ -173,6 +185,10 @@ class Trainer:
         self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False, name="best_step")
         self.bad_validations = tf.Variable(0, dtype=tf.int64, trainable=False,
                                            name="bad_validations")
+        # Minutes of training in this run, as of the last save (training.max_minutes and
+        # training.lr_clock count them across resumes).
+        self.minutes_trained = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                                           name="minutes_trained")
         # True (unpadded) frames trained on, for frames/s (not checkpointed).
         self.frames = tf.Variable(0, dtype=tf.int64, trainable=False, name="frames")
 
@@ -180,7 +196,11 @@ class Trainer:
         """The counters a checkpoint holds besides models, optimizers and the step."""
         return {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "best_val_loss": self.best_val_loss, "best_step": self.best_step,
-                "bad_validations": self.bad_validations}
+                "bad_validations": self.bad_validations, "minutes_trained": self.minutes_trained}
+
+    def _minutes(self) -> float:
+        """Minutes trained in this run: the checkpoint's and this fit's."""
+        return self._minutes_before + (time.monotonic() - self._fit_started) / 60.0
 
     def _restore(self, resume_checkpoint: Optional[str], reset: bool) -> bool:
         """Restores --resume-from, else the newest intact checkpoint of the run; True when a
@@ -248,11 +268,25 @@ class Trainer:
             return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
                               self.checkpoints.latest, self._best_or_none(),
                               best=self._best_description())
+        self._minutes_before = float(self.minutes_trained.numpy())
+        if tc.max_minutes and self._minutes_before >= tc.max_minutes:
+            logger.info("Already trained %.1f minutes >= training.max_minutes %g: nothing to "
+                        "train (raise max_minutes to train on).", self._minutes_before,
+                        tc.max_minutes)
+            return FitSummary(start_step, int(self.epoch.numpy()), "max_minutes",
+                              self.checkpoints.latest, self._best_or_none(),
+                              best=self._best_description())
         monitor = TrainingMonitor(os.path.join(self.directory, TENSORBOARD_DIR),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate,
                                   memory_devices=self._memory_devices(pipeline))
         self._stop_signal = None
         self._fit_started = time.monotonic()
+        if self.schedule_clock is not None:
+            self.schedule_clock.set(self._minutes_before)
+            logger.info("The learning-rate schedule advances by the clock as well "
+                        "(training.lr_clock): %.1f of %g minutes trained put it at step %.0f "
+                        "of %.0f.", self._minutes_before, tc.max_minutes,
+                        self.schedule_clock.position.numpy(), self.schedule_clock.end_step)
         previous_handlers = install_stop_handlers(self._on_stop_signal)
         try:
             return self._fit(pipeline, monitor)
@@ -345,6 +379,8 @@ class Trainer:
         """Logging, validation, checkpoints and stop conditions after optimizer update `step`.
         Returns a stop reason, or None to go on."""
         tc = self.config.training
+        if self.schedule_clock is not None:
+            self.schedule_clock.set(self._minutes())
         if step % tc.log_every_steps == 0:
             self._log(monitor, throughput, step)
             throughput.reset()
@@ -357,7 +393,7 @@ class Trainer:
                 return "early_stopping"
         if tc.max_steps and step >= tc.max_steps:
             return "max_steps"
-        if tc.max_minutes and (time.monotonic() - self._fit_started) / 60.0 >= tc.max_minutes:
+        if tc.max_minutes and self._minutes() >= tc.max_minutes:
             return "max_minutes"
         if (step % tc.checkpoint_every_steps == 0
                 or (time.monotonic() - self._last_save) / 60.0 >= tc.checkpoint_every_minutes):
@@ -378,6 +414,7 @@ class Trainer:
             self.best_val_loss.assign(score)
             self.best_step.assign(self.global_step)
             self.bad_validations.assign(0)
+            self.minutes_trained.assign(self._minutes())
             self.checkpoints.save_best(self.global_step)
             update_model_info(self.directory, best_val_loss=loss,
                               best_measures=[[k, v] for k, v in measures] or None)
@@ -415,6 +452,7 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------------
     def _save(self) -> Optional[str]:
         self._stop_if_nonfinite()
+        self.minutes_trained.assign(self._minutes())
         path = self.checkpoints.save(self.global_step)
         self._last_save = time.monotonic()
         update_model_info(self.directory, steps_trained=self.global_step,

@@ -39,6 +39,9 @@ from myxtts.run_directory import (ARCHIVE_DIR, BEST_DIR, CONFIG_FILE, INDEX_FILE
 logger = logging.getLogger("myxtts.training")
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
+# Objects that checkpoints written by older versions lack; restoring such a checkpoint leaves
+# them at their initial values.
+ADDED_LATER = ("minutes_trained",)
 _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d{5}-of-\d{5})$")
 
 
@@ -150,6 +153,7 @@ class CheckpointStore:
     def __init__(self, directory: str, objects: Dict[str, Any], keep: int):
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
+        self._objects = dict(objects)
         self.checkpoint = tf.train.Checkpoint(**objects)
         # restore() creates this counter when missing and then expects a value for it; creating
         # it now makes write() save it too (and keeps checkpoints from older versions loadable).
@@ -223,7 +227,7 @@ class CheckpointStore:
         """Restores every object from `path`; returns its step. Raises CheckpointError when the
         checkpoint cannot be read or does not match the model that was built."""
         try:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            self._checkpoint_for(path).restore(path).assert_existing_objects_matched()
         except (tf.errors.OpError, AssertionError, ValueError, IndexError) as e:
             damage = self._damage(path)
             if damage:
@@ -236,6 +240,19 @@ class CheckpointStore:
                 f"training.ema_momentum, training.adversarial_weight). To start from scratch in the same directory, pass "
                 f"--reset-training (the old checkpoints are archived, not deleted).") from None
         return int(self._step_var.numpy())
+
+    def _checkpoint_for(self, path: str) -> tf.train.Checkpoint:
+        """The checkpoint object that restores `path`: without the ADDED_LATER objects that an
+        older version's checkpoint lacks."""
+        stored = {name for name, _ in tf.train.list_variables(path)}
+        absent = [name for name in ADDED_LATER
+                  if name in self._objects and f"{name}/.ATTRIBUTES/VARIABLE_VALUE" not in stored]
+        if not absent:
+            return self.checkpoint
+        logger.info("Checkpoint %s was written by an older version, without %s: %s from 0.",
+                    path, ", ".join(absent), "counted" if len(absent) == 1 else "each counted")
+        return tf.train.Checkpoint(**{k: v for k, v in self._objects.items()
+                                      if k not in absent})
 
     def restore_latest(self) -> Optional[Tuple[str, int]]:
         """Restores the newest intact checkpoint the index lists; returns (path, step), or None

@@ -10,12 +10,12 @@ and XLA then refuses the step with "Trying to access resource ... located in dev
 
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import keras
 
 from myxtts.config import TrainingConfig
-from myxtts.training.schedules import build_schedule
+from myxtts.training.schedules import ScheduleClock, build_schedule
 
 
 def no_decay_variables(model: keras.Model) -> List:
@@ -28,9 +28,11 @@ def no_decay_variables(model: keras.Model) -> List:
             if len(v.shape) <= 1 or id(v) in embedding_ids or "embedding" in v.path.lower()]
 
 
-def build_optimizer(tc: TrainingConfig, model: keras.Model, loss_scaling: bool):
-    """A built optimizer for `model.trainable_variables` (LossScaleOptimizer when loss_scaling)."""
-    common = dict(learning_rate=build_schedule(tc), weight_decay=tc.weight_decay,
+def build_optimizer(tc: TrainingConfig, model: keras.Model, loss_scaling: bool,
+                    clock: Optional[ScheduleClock] = None):
+    """A built optimizer for `model.trainable_variables` (LossScaleOptimizer when loss_scaling);
+    its schedule also advances by `clock` when one is given (training.lr_clock)."""
+    common = dict(learning_rate=build_schedule(tc, clock), weight_decay=tc.weight_decay,
                   global_clipnorm=tc.clip_norm or None, use_ema=tc.ema_momentum > 0,
                   ema_momentum=tc.ema_momentum or 0.99)
     if tc.optimizer == "muon":

@@ -46,6 +46,7 @@ from myxtts.training.losses import compute_losses, loss_counts
 from myxtts.training.mirrored_step import MirroredTrainStep
 from myxtts.training.monitoring import Throughput, TrainingMonitor
 from myxtts.training.optimization import build_optimizer, weight_averages
+from myxtts.training.schedules import ScheduleClock
 from myxtts.training.step import TrainStep
 from myxtts.training.warm_start import SourceRows, copy_source_weights, training_plan
 
@@ -127,7 +128,9 @@ class XTTSTrainer(Trainer):
             update_scales = training_plan(
                 model, tc.freeze, tc.pretrained_lr_scale,
                 self._source_rows(source, resume_checkpoint, reset_training))
-            self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling)
+            self.schedule_clock = ScheduleClock(tc) if tc.lr_clock else None
+            self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling,
+                                             self.schedule_clock)
             self.adversary = (AdversarialMel(config.data.n_mels, config.model.d_model, tc,
                                              self.precision.loss_scaling)
                               if tc.adversarial_weight > 0 else None)
