@@ -13,15 +13,17 @@ import unittest
 from types import SimpleNamespace
 from unittest import mock
 
-from tests.logical_devices import PLAN  # first: configures the devices before TensorFlow starts
+import tests.logical_devices  # noqa: F401  (first: configures the devices before TensorFlow)
 
 import tensorflow as tf  # noqa: E402
 
 from myxtts.config import ConfigError, TrainingConfig, XTTSConfig  # noqa: E402
+from myxtts.errors import MyXTTSError  # noqa: E402
 from myxtts.training import base  # noqa: E402
 from myxtts.training.checkpoints import CheckpointStore  # noqa: E402
 from myxtts.training.schedules import ScheduleClock, build_schedule  # noqa: E402
-from tests.trainer_probes import (batch, feeder_of, make_trainer,  # noqa: E402
+from myxtts.training.trainer import XTTSTrainer  # noqa: E402
+from tests.trainer_probes import (TOKENIZER, batch, feeder_of, make_trainer,  # noqa: E402
                                   restored_global_state)
 
 PEAK, FLOOR, DECAY = 1e-3, 0.1, 100
@@ -153,6 +155,14 @@ class ConfigTest(unittest.TestCase):
                       self.refused(lr_clock=True, max_minutes=5.0, lr_schedule="constant"))
         self.assertIn("training.max_steps",
                       self.refused(lr_clock=True, max_minutes=5.0, lr_schedule="noam"))
+
+    def test_lr_clock_is_refused_on_several_workers(self):
+        config = XTTSConfig()
+        config.training.lr_clock, config.training.max_minutes = True, 5.0
+        workers = SimpleNamespace(num_workers=2)  # what the trainer asks a Distribution
+        with self.assertRaises(MyXTTSError) as caught:
+            XTTSTrainer(config, tokenizer=TOKENIZER, distribution=workers)
+        self.assertIn("each machine keeps its own clock", str(caught.exception))
 
 
 if __name__ == "__main__":

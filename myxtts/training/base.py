@@ -125,8 +125,10 @@ class Trainer:
 
     # -- setup ---------------------------------------------------------------------------------
     def _start_run(self, config, model_device: Optional[str], distribution=None) -> None:
-        self.config = config
         tc = config.training
+        if tc.lr_clock and distribution is not None and distribution.num_workers > 1:
+            raise MyXTTSError(LR_CLOCK_MULTI_WORKER)
+        self.config = config
         self.distribution = distribution
         if distribution is not None:
             model_device = distribution.primary_device
@@ -136,8 +138,6 @@ class Trainer:
         self.run_directory = tc.checkpoint_dir
         self.directory = (distribution.writable_directory(tc.checkpoint_dir) if distribution
                           else tc.checkpoint_dir)
-        if tc.lr_clock and distribution is not None and distribution.num_workers > 1:
-            raise MyXTTSError(LR_CLOCK_MULTI_WORKER)
         # training.lr_clock: the subclass creates it with its optimizer; set after every update.
         self.schedule_clock: Optional[ScheduleClock] = None
         self._stop_signal: Optional[int] = None
