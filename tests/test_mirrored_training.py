@@ -54,6 +54,9 @@ class MirroredUpdateTest(unittest.TestCase):
         self.assertAlmostEqual(single_norm, mirrored_norm, delta=1e-5 * single_norm)
         self.assertLessEqual(self.r["fp32_diff"]["weights"], 1e-5)
         self.assertLessEqual(self.r["fp32_diff"]["optimizer"], 1e-5)
+        # The second update ran at the learning rate the clock set, on both.
+        for share in self.r["clock_lr"]:
+            self.assertAlmostEqual(share, 0.5, places=6)
 
     def test_nan_in_one_replica_skips_the_update_everywhere(self):
         self.assertEqual(self.r["nan"]["finite"], [False, False])

@@ -140,6 +140,7 @@ class Trainer:
                           else tc.checkpoint_dir)
         # training.lr_clock: the subclass creates it with its optimizer; set after every update.
         self.schedule_clock: Optional[ScheduleClock] = None
+        self._fit_started: Optional[float] = None  # time.monotonic() at the start of fit
         self._stop_signal: Optional[int] = None
         self._last_save = time.monotonic()
         self.precision = resolve_precision(tc.precision, self.model_device, tc.tf32)
@@ -199,7 +200,10 @@ class Trainer:
                 "bad_validations": self.bad_validations, "minutes_trained": self.minutes_trained}
 
     def _minutes(self) -> float:
-        """Minutes trained in this run: the checkpoint's and this fit's."""
+        """Minutes trained in this run: the checkpoint's and this fit's (outside a fit, what the
+        run counted last)."""
+        if self._fit_started is None:
+            return float(self.minutes_trained.numpy())
         return self._minutes_before + (time.monotonic() - self._fit_started) / 60.0
 
     def _restore(self, resume_checkpoint: Optional[str], reset: bool) -> bool:
@@ -291,6 +295,7 @@ class Trainer:
         try:
             return self._fit(pipeline, monitor)
         finally:
+            self._fit_started = None
             restore_handlers(previous_handlers)
             monitor.close()
 

@@ -83,7 +83,8 @@ def placement(trainer):
     step = trainer.step
     owned = {"model": trainer.model.variables, "optimizer": trainer.optimizer.variables,
              "counters": [step.step, step.micro_step, step.nonfinite_total, trainer.epoch,
-                          trainer.batch_in_epoch, trainer.frames],
+                          trainer.batch_in_epoch, trainer.frames, trainer.minutes_trained]
+                         + ([trainer.schedule_clock.position] if trainer.schedule_clock else []),
              "accumulators": step.accumulators}
     # Keras variables wrap a tf.Variable (here a MirroredVariable) in `.value`.
     return {name: sorted({tuple(sorted(c.device.split("/")[-1] for c in
@@ -103,15 +104,21 @@ def run(distribution, single, mirrored, b):
 def fp32(out, workdir, distribution):
     """fp32, global batch of 4 split 2 + 2, global-norm clipping and the alignment loss active
     (every loss shared by the global counts) and a moving average of the weights (an optimizer
-    variable like the slots); two updates, then a NaN in one replica's slice (the whole update
-    is skipped on every replica)."""
-    options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5, "ema_momentum": 0.9}
+    variable like the slots); two updates, the second at the learning rate training.lr_clock
+    sets from the clock (half of max_minutes: half way through the cosine, 0.5 of the peak),
+    then a NaN in one replica's slice (the whole update is skipped on every replica)."""
+    options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5, "ema_momentum": 0.9,
+               "lr_clock": True, "max_minutes": 60.0, "decay_steps": 1000, "min_lr_ratio": 0.0}
     single = make(workdir, distribution, "single", False, **options)
     mirrored = make(workdir, distribution, "mirrored", True, **options)
     mirrored.model.set_weights(single.model.get_weights())
     initial = single.model.get_weights()
-    out["fp32"] = [run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=s))
-                   for s in (0, 1)]
+    out["fp32"] = [run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=0))]
+    for trainer in (single, mirrored):
+        trainer.schedule_clock.set(30.0)
+    out["clock_lr"] = [float(t.optimizer.learning_rate.numpy()) / t.config.training.learning_rate
+                       for t in (single, mirrored)]
+    out["fp32"].append(run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=1)))
     out["fp32_norms"] = [single.step.metric_results()["grad_norm"],
                          mirrored.step.metric_results()["grad_norm"]]
     out["fp32_moved"] = max(float(np.max(np.abs(a - b)))
