@@ -269,15 +269,16 @@ class TrainingConfig:
     learning_rate: float = _f(2e-4, "Peak learning rate (--lr).")
     lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
     warmup_steps: int = _f(1000, "Linear warmup steps.")
-    lr_clock: bool = _f(False, "The learning-rate schedule also advances by the clock: at "
-                               "every step it stands at the larger of the step and the "
-                               "share of max_minutes trained times the step where training "
-                               "ends (max_steps, else the end of the cosine decay). A "
-                               "recipe that a slower machine ends by max_minutes then still "
-                               "finishes its warmup and decay; where the steps end it first, "
-                               "nothing changes. Needs max_minutes and a cosine or noam "
-                               "schedule; one machine only (the workers of a multi-worker "
-                               "run keep different clocks).")
+    lr_clock: bool = _f(False, "Keep the learning-rate schedule in pace with the clock: when, "
+                               "at the pace of the last 100 updates, the steps left before "
+                               "max_minutes are fewer than the schedule's steps left (to "
+                               "max_steps, else the end of the cosine decay), each update "
+                               "moves the schedule by its steps left over those steps, so a "
+                               "recipe that a slower machine ends by max_minutes still "
+                               "finishes its decay; where the steps end the run first, the "
+                               "schedule is the steps'. Needs max_minutes and a cosine or noam "
+                               "schedule; one machine only (the workers of a multi-worker run "
+                               "keep different clocks).")
     min_lr_ratio: float = _f(0.05, "Cosine floor as a fraction of the peak learning rate.")
     decay_steps: int = _f(200000, "Cosine decay length in optimizer steps.")
     weight_decay: float = _f(0.01, "AdamW weight decay (not applied to norms, biases, "

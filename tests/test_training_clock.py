@@ -1,7 +1,8 @@
 """The training clock: training.max_minutes counts the minutes of every process of a run (the
-checkpoint keeps them), and training.lr_clock moves the learning-rate schedule by the share of
-max_minutes trained when that is further along than the steps. The trainers' clock is replaced
-by one that advances two minutes a step, so every figure is exact.
+checkpoint keeps them), and training.lr_clock keeps the learning-rate schedule in pace with the
+clock: it moves faster than the steps when, at the pace measured over the last updates, the
+clock would end the run before the schedule. The trainer's clock is replaced by one that
+advances two minutes a step, so every figure is exact.
 
     python -m pytest tests/test_training_clock.py -v
 """
@@ -19,7 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 from myxtts.config import ConfigError, TrainingConfig, XTTSConfig  # noqa: E402
 from myxtts.errors import MyXTTSError  # noqa: E402
-from myxtts.training import base  # noqa: E402
+from myxtts.training import base, schedules  # noqa: E402
 from myxtts.training.checkpoints import CheckpointStore  # noqa: E402
 from myxtts.training.schedules import ScheduleClock, build_schedule  # noqa: E402
 from myxtts.training.trainer import XTTSTrainer  # noqa: E402
@@ -66,63 +67,85 @@ class ClockedFit:
             return self.trainer.fit(Pipeline())
 
 
-def clocked_trainer(directory, **training):
-    return make_trainer(directory, xla=False, lr_clock=True, learning_rate=PEAK,
-                        min_lr_ratio=FLOOR, decay_steps=DECAY, epochs=100, **training)
+def clocked_fit(directory, epochs):
+    """20 minutes for 100 steps, the pace measured over 2 updates."""
+    with mock.patch.object(schedules, "PACE_WINDOW", 2):
+        trainer = make_trainer(directory, xla=False, lr_clock=True, learning_rate=PEAK,
+                               min_lr_ratio=FLOOR, decay_steps=DECAY, max_minutes=20.0,
+                               epochs=epochs)
+    return ClockedFit(trainer)
 
 
 class TrainingClockTest(unittest.TestCase):
+    """At 2 minutes a step, 20 minutes end the run at step 10, not 100. A first fit ends with
+    its epoch at step 4, a resumed one trains on until the clock ends it, a third finds the
+    minutes spent."""
+
     @classmethod
     def setUpClass(cls):
         cls.enterClassContext(restored_global_state())
-        workdir = cls.enterClassContext(tempfile.TemporaryDirectory())
-        run = os.path.join(workdir, "run")
-        # 10 minutes for 100 steps: the clock, at 2 minutes a step, ends the run at step 5.
-        first = ClockedFit(clocked_trainer(run, max_minutes=10.0, max_steps=100))
-        cls.first = first, first()
-        # Resumed with the same limit: the minutes are spent.
-        spent = ClockedFit(clocked_trainer(run, max_minutes=10.0, max_steps=100))
-        cls.spent = spent, spent()
-        # Resumed with twice the minutes: half of them are trained.
-        more = ClockedFit(clocked_trainer(run, max_minutes=20.0, max_steps=100))
-        cls.more = more, more()
+        run = os.path.join(cls.enterClassContext(tempfile.TemporaryDirectory()), "run")
+        cls.fits = []
+        for epochs in (1, 100, 100):
+            fit = clocked_fit(run, epochs)
+            cls.fits.append((fit, fit()))
 
-    def test_the_clock_ends_the_run_and_the_schedule_with_it(self):
-        fit, summary = self.first
-        self.assertEqual([summary.step, summary.reason], [5, "max_minutes"])
-        # Step k trains at the position the clock had after step k-1: 20 steps a step.
-        self.assertEqual(len(fit.rates), 5)
-        for k, rate in enumerate(fit.rates):
-            self.assertAlmostEqual(rate, cosine(20 * k), places=8)
-        self.assertEqual(float(fit.trainer.schedule_clock.position.numpy()), 100.0)
-        self.assertAlmostEqual(float(fit.trainer.optimizer.learning_rate.numpy()),
-                               PEAK * FLOOR, places=8)
+    def test_the_schedule_keeps_pace_with_the_clock_across_a_resume(self):
+        # The schedule's step each update trained at: the steps' own until the pace of 2 updates
+        # is known, then the schedule's steps left over the steps the clock leaves (98 / 7,
+        # 84 / 6, then after the resume, at 32 of 100, 68 / 3).
+        positions = [0, 1, 2, 16, 30, 31, 32, 32 + 68 / 3, 32 + 2 * 68 / 3, 100]
+        rates = self.fits[0][0].rates + self.fits[1][0].rates
+        self.assertEqual(len(rates), len(positions))
+        for rate, position in zip(rates, positions):
+            self.assertAlmostEqual(rate, cosine(position), places=7)
+        summaries = [[summary.step, summary.reason] for _, summary in self.fits]
+        self.assertEqual(summaries, [[4, "epochs"], [10, "max_minutes"], [10, "max_minutes"]])
 
     def test_the_minutes_are_kept_in_the_checkpoint(self):
-        self.assertEqual(float(self.first[0].trainer.minutes_trained.numpy()), 10.0)
-        fit, summary = self.spent
-        self.assertEqual([summary.step, summary.reason, os.path.basename(summary.checkpoint)],
-                         [5, "max_minutes", "ckpt-5"])
-        self.assertEqual(fit.rates, [])
+        self.assertEqual([float(fit.trainer.minutes_trained.numpy()) for fit, _ in self.fits],
+                         [8.0, 20.0, 20.0])
+        spent, summary = self.fits[2]
+        self.assertEqual(spent.rates, [])
+        self.assertEqual(os.path.basename(summary.checkpoint), "ckpt-10")
+        self.assertEqual(float(spent.trainer.schedule_clock.position.numpy()), 100.0)
 
-    def test_more_minutes_go_on_from_where_the_clock_stood(self):
-        fit, summary = self.more
-        self.assertEqual([summary.step, summary.reason], [10, "max_minutes"])
-        self.assertEqual(float(fit.trainer.minutes_trained.numpy()), 20.0)
-        # 10 of 20 minutes put the schedule at step 50; then 10 steps a step.
-        for k, rate in enumerate(fit.rates):
-            self.assertAlmostEqual(rate, cosine(50 + 10 * k), places=8)
 
-    def test_the_steps_lead_where_they_are_further_along(self):
+class PaceTest(unittest.TestCase):
+    """ScheduleClock alone, over a whole run of 5000 steps, 57 minutes and a 4-minute start-up."""
+
+    @staticmethod
+    def positions(seconds_a_step, steps):
+        clock = ScheduleClock(TrainingConfig(max_minutes=57.0, max_steps=5000))
+        clock.start()
+        out = []
+        for step in range(1, steps + 1):
+            clock.advance(step, 4.0 + step * seconds_a_step / 60.0)
+            out.append(float(clock.position.numpy()))
+        return out
+
+    def test_where_the_steps_end_the_run_the_schedule_is_the_steps(self):
+        # 0.4 s a step: 5000 steps in 37 minutes.
+        self.assertEqual(self.positions(0.4, 5000), [float(s) for s in range(1, 5001)])
+
+    def test_where_the_clock_ends_it_the_schedule_ends_with_the_clock(self):
+        # 1.25 s a step: the clock ends the run at step 2544.
+        positions = self.positions(1.25, 2544)
+        self.assertEqual(positions[:100], [float(s) for s in range(1, 101)])
+        self.assertEqual(positions[-1], 5000.0)
+        self.assertTrue(all(b > a for a, b in zip(positions, positions[1:-1])))
+        # From step 101 on, each step moves it by the schedule's 4900 steps left over the 2443
+        # steps the clock leaves then.
+        self.assertAlmostEqual(positions[1271], 100 + 1172 * 4900 / 2443, delta=0.01)
+
+    def test_the_clocked_schedule_stands_at_the_larger_of_step_and_position(self):
         clock = ScheduleClock(TrainingConfig(max_minutes=60.0, max_steps=1000))
         tc = TrainingConfig(learning_rate=PEAK, warmup_steps=0, decay_steps=DECAY,
                             min_lr_ratio=FLOOR)
         schedule = build_schedule(tc, clock)
-        clock.set(3.0)   # the clock's position: step 50
+        clock.position.assign(50.0)
         self.assertAlmostEqual(float(schedule(10)), cosine(50), places=8)
         self.assertAlmostEqual(float(schedule(80)), cosine(80), places=8)
-        clock.set(600.0)  # past max_minutes: the end, not beyond
-        self.assertEqual(float(clock.position.numpy()), 1000.0)
 
 
 class OlderCheckpointTest(unittest.TestCase):

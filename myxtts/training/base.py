@@ -138,7 +138,8 @@ class Trainer:
         self.run_directory = tc.checkpoint_dir
         self.directory = (distribution.writable_directory(tc.checkpoint_dir) if distribution
                           else tc.checkpoint_dir)
-        # training.lr_clock: the subclass creates it with its optimizer; set after every update.
+        # training.lr_clock: the subclass creates it with its optimizer and checkpoints it; it
+        # advances after every update.
         self.schedule_clock: Optional[ScheduleClock] = None
         self._fit_started: Optional[float] = None  # time.monotonic() at the start of fit
         self._stop_signal: Optional[int] = None
@@ -286,11 +287,10 @@ class Trainer:
         self._stop_signal = None
         self._fit_started = time.monotonic()
         if self.schedule_clock is not None:
-            self.schedule_clock.set(self._minutes_before)
-            logger.info("The learning-rate schedule advances by the clock as well "
-                        "(training.lr_clock): %.1f of %g minutes trained put it at step %.0f "
-                        "of %.0f.", self._minutes_before, tc.max_minutes,
-                        self.schedule_clock.position.numpy(), self.schedule_clock.end_step)
+            logger.info("The learning-rate schedule keeps pace with the clock "
+                        "(training.lr_clock): it stands at step %.0f of %.0f, with %.1f of %g "
+                        "minutes trained.", max(self.schedule_clock.start(), start_step),
+                        self.schedule_clock.end_step, self._minutes_before, tc.max_minutes)
         previous_handlers = install_stop_handlers(self._on_stop_signal)
         try:
             return self._fit(pipeline, monitor)
@@ -385,7 +385,7 @@ class Trainer:
         Returns a stop reason, or None to go on."""
         tc = self.config.training
         if self.schedule_clock is not None:
-            self.schedule_clock.set(self._minutes())
+            self.schedule_clock.advance(step, self._minutes())
         if step % tc.log_every_steps == 0:
             self._log(monitor, throughput, step)
             throughput.reset()

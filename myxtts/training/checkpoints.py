@@ -41,7 +41,7 @@ logger = logging.getLogger("myxtts.training")
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"
 # Objects that checkpoints written by older versions lack; restoring such a checkpoint leaves
 # them at their initial values.
-ADDED_LATER = ("minutes_trained",)
+ADDED_LATER = ("minutes_trained", "schedule_position")
 _CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)\.(index|data-\d{5}-of-\d{5})$")
 
 
@@ -249,8 +249,9 @@ class CheckpointStore:
                   if name in self._objects and f"{name}/.ATTRIBUTES/VARIABLE_VALUE" not in stored]
         if not absent:
             return self.checkpoint
-        logger.info("Checkpoint %s was written by an older version, without %s: %s from 0.",
-                    path, ", ".join(absent), "counted" if len(absent) == 1 else "each counted")
+        logger.info("Checkpoint %s holds no %s (an older version, or training.lr_clock off "
+                    "when it was written): %s at 0.", path, " or ".join(absent),
+                    "it starts" if len(absent) == 1 else "they start")
         return tf.train.Checkpoint(**{k: v for k, v in self._objects.items()
                                       if k not in absent})
 

@@ -7,15 +7,15 @@
 
 Schedules are evaluated at the optimizer's iteration count (applied updates; skipped non-finite
 steps do not advance them). With training.lr_clock the schedule is wrapped in ClockedSchedule
-and evaluated at the larger of that count and a ScheduleClock's position, which the trainer sets
-from the minutes trained: the share of training.max_minutes trained, times the step where
-training ends. A recipe that a slower machine ends by its clock then still goes through its
-whole schedule.
+and evaluated at the larger of that count and a ScheduleClock's position, which moves faster
+than the steps when the clock would end the run before the schedule: a recipe that a slower
+machine ends by training.max_minutes still goes through its whole schedule.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import collections
+from typing import Deque, Optional, Tuple
 
 import keras
 import tensorflow as tf
@@ -45,19 +45,49 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
 
 
-class ScheduleClock:
-    """Where the clock puts the schedule: a float32 variable (create it on the model device,
-    or in the strategy's scope) holding `minutes / max_minutes * end_step`, at most `end_step`.
-    It is not checkpointed: the trainer sets it from the minutes trained, which are."""
+# Updates over which ScheduleClock measures the pace (so start-up and the first compiles of a
+# fit, which come before them, do not count).
+PACE_WINDOW = 100
 
-    def __init__(self, tc: TrainingConfig):
+
+class ScheduleClock:
+    """The schedule's position for training.lr_clock: a float32 variable (create it on the model
+    device, or in the strategy's scope; it is checkpointed) that the trainer moves after every
+    update by `advance`. Each update moves it by one step, or by more when, at the pace of the
+    last PACE_WINDOW updates, the steps left before max_minutes are fewer than the schedule's
+    steps left before `end_step` (max_steps, else the end of the cosine decay): by the schedule's
+    steps left over those steps. Where the steps end the run first, it is the step count."""
+
+    def __init__(self, tc: TrainingConfig, window: Optional[int] = None):
         self.max_minutes = float(tc.max_minutes)
         self.end_step = float(tc.max_steps or tc.warmup_steps + tc.decay_steps)
         self.position = tf.Variable(0.0, dtype=tf.float32, trainable=False,
-                                    name="schedule_clock")
+                                    name="schedule_position")
+        self._marks: Deque[Tuple[int, float]] = collections.deque(
+            maxlen=(window or PACE_WINDOW) + 1)
+        self._value = 0.0
 
-    def set(self, minutes_trained: float) -> None:
-        self.position.assign(min(minutes_trained / self.max_minutes, 1.0) * self.end_step)
+    def start(self) -> float:
+        """At the start of a fit: the (restored) position; the pace is measured afresh."""
+        self._value = float(self.position.numpy())
+        self._marks.clear()
+        return self._value
+
+    def advance(self, step: int, minutes: float) -> None:
+        """After update `step` (1, 2, ...), `minutes` into the run."""
+        self._marks.append((step, minutes))
+        here = max(self._value, step - 1.0)
+        moves = 1.0
+        if len(self._marks) == self._marks.maxlen:
+            first_step, first_minutes = self._marks[0]
+            spent = minutes - first_minutes
+            if spent > 0:
+                steps_left = (self.max_minutes - minutes) * (step - first_step) / spent
+                schedule_left = self.end_step - here
+                if steps_left < schedule_left:
+                    moves = schedule_left / max(steps_left, 1.0)
+        self._value = min(self.end_step, here + moves)
+        self.position.assign(self._value)
 
 
 class ClockedSchedule(keras.optimizers.schedules.LearningRateSchedule):

@@ -166,6 +166,8 @@ class XTTSTrainer(Trainer):
             "nonfinite_total": self.step.nonfinite_total, **self.run_counters(),
             **self.step.resume_state(),
             **(self.adversary.checkpoint_objects() if self.adversary else {}),
+            **({"schedule_position": self.schedule_clock.position}
+               if self.schedule_clock else {}),
         }, keep=tc.keep_checkpoints)
         self._restore(resume_checkpoint, reset_training, source)
         self.checkpoints.write_sidecars(config, tokenizer)

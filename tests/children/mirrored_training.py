@@ -104,8 +104,8 @@ def run(distribution, single, mirrored, b):
 def fp32(out, workdir, distribution):
     """fp32, global batch of 4 split 2 + 2, global-norm clipping and the alignment loss active
     (every loss shared by the global counts) and a moving average of the weights (an optimizer
-    variable like the slots); two updates, the second at the learning rate training.lr_clock
-    sets from the clock (half of max_minutes: half way through the cosine, 0.5 of the peak),
+    variable like the slots); two updates, the second at the learning rate of the position
+    training.lr_clock's schedule clock holds (half way through the cosine: 0.5 of the peak),
     then a NaN in one replica's slice (the whole update is skipped on every replica)."""
     options = {"clip_norm": 1.0, "alignment_loss_weight": 0.5, "ema_momentum": 0.9,
                "lr_clock": True, "max_minutes": 60.0, "decay_steps": 1000, "min_lr_ratio": 0.0}
@@ -115,7 +115,7 @@ def fp32(out, workdir, distribution):
     initial = single.model.get_weights()
     out["fp32"] = [run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=0))]
     for trainer in (single, mirrored):
-        trainer.schedule_clock.set(30.0)
+        trainer.schedule_clock.position.assign(500.0)
     out["clock_lr"] = [float(t.optimizer.learning_rate.numpy()) / t.config.training.learning_rate
                        for t in (single, mirrored)]
     out["fp32"].append(run(distribution, single, mirrored, batch([24, 22, 8, 6], seed=1)))
