@@ -627,8 +627,8 @@ class XTTSConfig:
         need(t.max_steps >= 0, "training.max_steps", "must be >= 0 (0 = no limit).")
         need(t.max_minutes >= 0, "training.max_minutes", "must be >= 0 (0 = no limit).")
         need(not t.lr_clock or t.max_minutes > 0, "training.lr_clock",
-             "advances the schedule by the share of training.max_minutes trained: set "
-             "max_minutes, or set lr_clock to false.")
+             "keeps the schedule in pace with training.max_minutes: set max_minutes, or set "
+             "lr_clock to false.")
         need(not t.lr_clock or t.lr_schedule != "constant", "training.lr_clock",
              "has nothing to advance with lr_schedule constant: use cosine or noam, or set "
              "lr_clock to false.")

@@ -53,10 +53,11 @@ PACE_WINDOW = 100
 class ScheduleClock:
     """The schedule's position for training.lr_clock: a float32 variable (create it on the model
     device, or in the strategy's scope; it is checkpointed) that the trainer moves after every
-    update by `advance`. Each update moves it by one step, or by more when, at the pace of the
-    last PACE_WINDOW updates, the steps left before max_minutes are fewer than the schedule's
-    steps left before `end_step` (max_steps, else the end of the cosine decay): by the schedule's
-    steps left over those steps. Where the steps end the run first, it is the step count."""
+    update by `advance`. When, at the pace of the last PACE_WINDOW updates, the steps left
+    before max_minutes are fewer than the schedule's steps left before `end_step` (max_steps,
+    else the end of the cosine decay), an update moves it by the schedule's steps left over
+    those steps; once ahead of the steps it moves at least one step an update. Where the steps
+    end the run first it stays behind them (0), and the schedule reads the steps alone."""
 
     def __init__(self, tc: TrainingConfig, window: Optional[int] = None):
         self.max_minutes = float(tc.max_minutes)
@@ -86,8 +87,9 @@ class ScheduleClock:
                 schedule_left = self.end_step - here
                 if steps_left < schedule_left:
                     moves = schedule_left / max(steps_left, 1.0)
-        self._value = min(self.end_step, here + moves)
-        self.position.assign(self._value)
+        if moves > 1.0 or self._value > step - 1.0:  # else the steps lead: left as it is
+            self._value = min(self.end_step, here + moves)
+            self.position.assign(self._value)
 
 
 class ClockedSchedule(keras.optimizers.schedules.LearningRateSchedule):
