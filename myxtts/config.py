@@ -270,7 +270,8 @@ class TrainingConfig:
     lr_schedule: str = _f("cosine", "cosine (warmup + cosine decay) | noam | constant.")
     warmup_steps: int = _f(1000, "Linear warmup steps.")
     lr_clock: bool = _f(False, "Keep the learning-rate schedule in pace with the clock: when, "
-                               "at the pace of the last 100 updates, the steps left before "
+                               "at the median duration of the last 100 updates (compiles "
+                               "and validation pauses do not count), the steps left before "
                                "max_minutes are fewer than the schedule's steps left (to "
                                "max_steps, else the end of the cosine decay), each update "
                                "moves the schedule by its steps left over those steps, so a "

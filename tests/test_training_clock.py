@@ -112,31 +112,48 @@ class TrainingClockTest(unittest.TestCase):
 
 
 class PaceTest(unittest.TestCase):
-    """ScheduleClock alone, over a whole run of 5000 steps, 57 minutes and a 4-minute start-up."""
+    """ScheduleClock alone, over whole runs of up to 5000 steps in 57 minutes after a 4-minute
+    start-up."""
 
     @staticmethod
-    def positions(seconds_a_step, steps):
+    def positions(seconds_a_step, pauses=None):
+        """The position after each update until the clock ends the run; `pauses` {step: extra
+        seconds} stands for compiles of new shapes and validations."""
         clock = ScheduleClock(TrainingConfig(max_minutes=57.0, max_steps=5000))
         clock.start()
-        out = []
-        for step in range(1, steps + 1):
-            clock.advance(step, 4.0 + step * seconds_a_step / 60.0)
+        out, seconds, step = [], 4 * 60.0, 0
+        while seconds < 57 * 60.0 and step < 5000:
+            step += 1
+            seconds += seconds_a_step + (pauses or {}).get(step, 0.0)
+            clock.advance(step, seconds / 60.0)
             out.append(float(clock.position.numpy()))
         return out
 
+    # Compiles of three more bucket shapes in the first epoch, a 40-s validation every 1000 steps.
+    PAUSES = {2: 20.0, 30: 20.0, 60: 20.0, **{n: 40.0 for n in range(1000, 5000, 1000)}}
+
     def test_where_the_steps_end_the_run_the_schedule_is_the_steps(self):
-        # 0.4 s a step: 5000 steps in 37 minutes. The position never leads the steps.
-        self.assertEqual(set(self.positions(0.4, 5000)), {0.0})
+        # 0.4 s a step: 5000 steps in 37 minutes. The position never leads the steps, pauses
+        # or not.
+        for pauses in (None, self.PAUSES):
+            positions = self.positions(0.4, pauses)
+            self.assertEqual(len(positions), 5000)
+            self.assertEqual(set(positions), {0.0})
 
     def test_where_the_clock_ends_it_the_schedule_ends_with_the_clock(self):
         # 1.25 s a step: the clock ends the run at step 2544.
-        positions = self.positions(1.25, 2544)
+        positions = self.positions(1.25)
+        self.assertEqual(len(positions), 2544)
         self.assertEqual(set(positions[:100]), {0.0})  # the pace is not known yet
         self.assertEqual(positions[-1], 5000.0)
         self.assertTrue(all(b > a for a, b in zip(positions[100:], positions[101:-1])))
         # From step 101 on, each step moves it by the schedule's 4900 steps left over the 2443
         # steps the clock leaves then.
         self.assertAlmostEqual(positions[1271], 100 + 1172 * 4900 / 2443, delta=0.01)
+        # With the pauses the run ends sooner, and the schedule with it.
+        paused = self.positions(1.25, self.PAUSES)
+        self.assertLess(len(paused), 2544)
+        self.assertEqual(paused[-1], 5000.0)
 
     def test_the_clocked_schedule_stands_at_the_larger_of_step_and_position(self):
         clock = ScheduleClock(TrainingConfig(max_minutes=60.0, max_steps=1000))

@@ -15,7 +15,8 @@ machine ends by training.max_minutes still goes through its whole schedule.
 from __future__ import annotations
 
 import collections
-from typing import Deque, Optional, Tuple
+import statistics
+from typing import Deque, Optional
 
 import keras
 import tensorflow as tf
@@ -45,45 +46,45 @@ class NoamSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"peak_learning_rate": self.peak_learning_rate, "warmup_steps": self.warmup_steps}
 
 
-# Updates over which ScheduleClock measures the pace (so start-up and the first compiles of a
-# fit, which come before them, do not count).
+# Updates whose median duration is ScheduleClock's pace (the median, so that compiles of new
+# shapes and validation pauses do not count; start-up comes before the first update).
 PACE_WINDOW = 100
 
 
 class ScheduleClock:
     """The schedule's position for training.lr_clock: a float32 variable (create it on the model
     device, or in the strategy's scope; it is checkpointed) that the trainer moves after every
-    update by `advance`. When, at the pace of the last PACE_WINDOW updates, the steps left
-    before max_minutes are fewer than the schedule's steps left before `end_step` (max_steps,
-    else the end of the cosine decay), an update moves it by the schedule's steps left over
-    those steps; once ahead of the steps it moves at least one step an update. Where the steps
-    end the run first it stays behind them (0), and the schedule reads the steps alone."""
+    update by `advance`. When, at the median duration of the last PACE_WINDOW updates, the steps
+    left before max_minutes are fewer than the schedule's steps left before `end_step`
+    (max_steps, else the end of the cosine decay), an update moves it by the schedule's steps
+    left over those steps; once ahead of the steps it moves at least one step an update. Where
+    the steps end the run first it stays behind them (0), and the schedule reads the steps
+    alone."""
 
-    def __init__(self, tc: TrainingConfig, window: Optional[int] = None):
+    def __init__(self, tc: TrainingConfig):
         self.max_minutes = float(tc.max_minutes)
         self.end_step = float(tc.max_steps or tc.warmup_steps + tc.decay_steps)
         self.position = tf.Variable(0.0, dtype=tf.float32, trainable=False,
                                     name="schedule_position")
-        self._marks: Deque[Tuple[int, float]] = collections.deque(
-            maxlen=(window or PACE_WINDOW) + 1)
+        self._minutes: Deque[float] = collections.deque(maxlen=PACE_WINDOW + 1)
         self._value = 0.0
 
     def start(self) -> float:
         """At the start of a fit: the (restored) position; the pace is measured afresh."""
         self._value = float(self.position.numpy())
-        self._marks.clear()
+        self._minutes.clear()
         return self._value
 
     def advance(self, step: int, minutes: float) -> None:
         """After update `step` (1, 2, ...), `minutes` into the run."""
-        self._marks.append((step, minutes))
+        self._minutes.append(minutes)
         here = max(self._value, step - 1.0)
         moves = 1.0
-        if len(self._marks) == self._marks.maxlen:
-            first_step, first_minutes = self._marks[0]
-            spent = minutes - first_minutes
-            if spent > 0:
-                steps_left = (self.max_minutes - minutes) * (step - first_step) / spent
+        if len(self._minutes) == self._minutes.maxlen:
+            marks = list(self._minutes)
+            per_step = statistics.median(b - a for a, b in zip(marks, marks[1:]))
+            if per_step > 0:
+                steps_left = (self.max_minutes - minutes) / per_step
                 schedule_left = self.end_step - here
                 if steps_left < schedule_left:
                     moves = schedule_left / max(steps_left, 1.0)
