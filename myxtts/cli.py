@@ -166,6 +166,32 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                    help="Show TensorFlow's C++ start-up and log lines (hidden by default).")
 
 
+def add_adaptation_args(p: argparse.ArgumentParser, what: str) -> None:
+    """--adapt-steps and --adapt-learning-rate (myxtts.inference.voice_adaptation): the model
+    fine-tuned on `what` before it speaks in that voice."""
+    p.add_argument("--adapt-steps", type=int, default=0,
+                   help=f"Adapt the model to {what}: this many steps of fine-tuning on the "
+                        f"recording and what it says, before speaking in its voice (30 "
+                        f"lifted every speaker measure on voices nobody trained on: "
+                        f"docs/cloning.md). Default 0: the reference's latents only.")
+    p.add_argument("--adapt-learning-rate", type=float, default=None,
+                   help="Learning rate of --adapt-steps (default 3e-4).")
+
+
+def check_adaptation_args(args: argparse.Namespace) -> None:
+    """UsageError for --adapt-steps / --adapt-learning-rate that cannot work."""
+    if args.adapt_steps < 0:
+        raise UsageError(f"--adapt-steps {args.adapt_steps} must be 0 (no adaptation) or more, "
+                         f"e.g. 30.")
+    if args.adapt_learning_rate is not None:
+        if not args.adapt_steps:
+            raise UsageError("--adapt-learning-rate needs --adapt-steps (how many steps to "
+                             "adapt the model to the voice), e.g. --adapt-steps 30.")
+        if not args.adapt_learning_rate > 0:
+            raise UsageError(f"--adapt-learning-rate {args.adapt_learning_rate} must be above "
+                             f"0, e.g. 3e-4.")
+
+
 def decoding_settings(args: argparse.Namespace) -> dict:
     """The decoding settings the model flags replace (checkpoint_loading.DECODING_FLAGS)."""
     statistics = args.reference_statistics

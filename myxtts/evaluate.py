@@ -26,7 +26,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
-from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
+from myxtts.cli import (UsageError, add_adaptation_args, add_model_args,
+                        check_adaptation_args, check_model_args, entry_point, flag_hint,
                         load_synthesizer)
 from myxtts.config import XTTSConfig
 from myxtts.data.metadata import DatasetError
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "sentence is also synthesised with another speaker's reference): "
                         "'auto' when it is installed, 'resemblyzer' to require it, 'none' to "
                         "skip.")
+    add_adaptation_args(p, "every reference (its transcript is its metadata row's text)")
     return p
 
 
@@ -81,6 +83,7 @@ def check_args(args: argparse.Namespace) -> None:
                          f"more sentences; pass 40 to judge as the trainer's validation does, "
                          f"or leave it out for one group.")
     check_model_args(args)
+    check_adaptation_args(args)
     if not os.path.isfile(os.path.join(args.checkpoint_dir, CONFIG_FILE)):
         what = ("does not exist" if not os.path.isdir(args.checkpoint_dir) else
                 f"has no {CONFIG_FILE}, so it is not a myxtts checkpoint directory")
@@ -122,6 +125,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     synth = load_synthesizer(args)
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
+    from myxtts.inference.voice_adaptation import ADAPT_LEARNING_RATE
     with flag_hint("(--data DIR names the dataset folder to evaluate.)", DatasetError):
         picks, lonely = pick_sentences(sentences, synth.config, synth.tokenizer, args.num,
                                        args.seed)
@@ -141,7 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "similarity: %s.", len(picks), sentences.source, sentences.mode,
                 recognizer.name if recognizer else f"not measured ({why_not})",
                 judge.name if judge else f"not measured ({judge_why_not})")
-    rows, cloning = evaluate(synth, picks, recognizer, judge, args.match_among)
+    rows, cloning = evaluate(synth, picks, recognizer, judge, args.match_among, args.adapt_steps,
+                             args.adapt_learning_rate)
     summary = summarize(rows)
     report = {"checkpoint": synth.loaded.checkpoint_path,
               "step": step_of(synth.loaded.checkpoint_path),
@@ -150,6 +155,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "match_among": args.match_among,
               "max_decoder_steps": synth.max_decoder_steps,
               "vocoder": synth.vocoder.name,
+              "adaptation": ({"steps": args.adapt_steps,
+                              "learning_rate": args.adapt_learning_rate or ADAPT_LEARNING_RATE}
+                             if args.adapt_steps else None),
               "mcd_coefficients": metrics.MCD_COEFFICIENTS,
               "recognizer": recognizer.name if recognizer else None,
               "wer_not_measured_because": None if recognizer else why_not,

@@ -38,8 +38,9 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from myxtts.cli import (UsageError, add_model_args, check_model_args, entry_point, flag_hint,
-                        load_synthesizer, require_path)
+from myxtts.cli import (UsageError, add_adaptation_args, add_model_args, check_adaptation_args,
+                        check_model_args, entry_point, flag_hint, load_synthesizer,
+                        require_path)
 from myxtts.inference.voices import Voice, VoiceFileError, VoiceMismatchError
 from myxtts.inference.wav_stream import WavStreamWriter
 
@@ -62,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     speaker.add_argument("--voice", metavar="VOICE.npz",
                          help="A voice file --save-voice wrote with this model (another model's "
                               "is refused).")
+    p.add_argument("--reference-text", nargs="+", metavar="TEXT",
+                   help="What each --reference-audio recording says, in the same order (for "
+                        "--adapt-steps).")
+    add_adaptation_args(p, "the voice of --reference-audio (needs --reference-text)")
     p.add_argument("--save-voice", metavar="VOICE.npz",
                    help="Store the voice of --reference-audio in this .npz file (before "
                         "synthesising; without --text/--text-file only the file is written).")
@@ -123,6 +128,30 @@ def output_paths(output: str, count: int) -> List[str]:
     return [os.path.join(output, f"{i:0{width}d}.wav") for i in range(1, count + 1)]
 
 
+def check_reference_texts(args: argparse.Namespace) -> None:
+    """--adapt-steps needs --reference-audio and one --reference-text per recording."""
+    if not args.adapt_steps:
+        if args.reference_text:
+            raise UsageError("--reference-text is read by --adapt-steps (adapting the model to "
+                             "the voice of --reference-audio); pass --adapt-steps 30 with it, "
+                             "or leave it out.")
+        return
+    if not args.reference_audio:
+        raise UsageError(f"--adapt-steps {args.adapt_steps} adapts the model to recordings: "
+                         f"pass --reference-audio (and what each says, --reference-text) "
+                         f"instead of --voice.")
+    if args.save_voice:
+        raise UsageError("--save-voice with --adapt-steps: a voice file holds the voice's "
+                         "latents, not weights adapted to it; adapt again in each run, or save "
+                         "the voice without --adapt-steps.")
+    texts = args.reference_text or []
+    if len(texts) != len(args.reference_audio):
+        raise UsageError(f"--adapt-steps needs what each --reference-audio recording says: "
+                         f"{len(args.reference_audio)} recording(s) and {len(texts)} "
+                         f"--reference-text(s). Pass one quoted text per recording, in the "
+                         f"same order.")
+
+
 def read_voice(args: argparse.Namespace) -> Optional[Voice]:
     """Checks --reference-audio/--voice/--save-voice (no TensorFlow needed) and returns the
     --voice file's voice (None with --reference-audio)."""
@@ -152,6 +181,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise UsageError("--save-mel needs whole synthesis: leave out --stream and pass a .wav "
                          "file or a folder to --output.")
     check_model_args(args)
+    check_adaptation_args(args)
+    check_reference_texts(args)
     voice = read_voice(args)
     # Messages go to standard error when standard output carries the audio.
     report = sys.stderr if args.output == "-" else sys.stdout
@@ -161,7 +192,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     synth = load_synthesizer(args)
     from myxtts.inference.synthesizer import warn_length_cap
-    from myxtts.inference.text_front_end import UnknownLanguageError
+    from myxtts.inference.text_front_end import UnknownCharactersError, UnknownLanguageError
+    from myxtts.inference.voice_adaptation import ADAPT_LEARNING_RATE
     language = args.language or synth.config.data.default_language
     with flag_hint("Pass one of them to --language.", UnknownLanguageError):
         language_id = synth.language_id(language)
@@ -178,6 +210,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    f"again with --reference-audio and --save-voice, or pass the "
                    f"--checkpoint-dir and --checkpoint that made it.)", VoiceMismatchError):
         latents = synth.latents_of(voice)
+    if args.adapt_steps:
+        started = time.monotonic()
+        with flag_hint("(--reference-text: the words of each --reference-audio recording.)",
+                       UnknownCharactersError):
+            adapted = synth.adapt_to_references(
+                latents, args.reference_audio, args.reference_text, language, args.adapt_steps,
+                args.adapt_learning_rate or ADAPT_LEARNING_RATE)
+        print(f"Adapted to the voice of {', '.join(voice.references)}: {args.adapt_steps} "
+              f"steps, mel loss {adapted.losses[0]:.3f} -> {adapted.losses[-1]:.3f} "
+              f"({time.monotonic() - started:.1f} s)", file=report)
+        synth.use_weights(adapted)
     if args.output == "-":
         _stream_to_stdout(synth, sentences, language_id, latents)
         return 0

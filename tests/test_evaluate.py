@@ -196,6 +196,22 @@ class EvaluateCliTest(unittest.TestCase):
                          by_speaker["carl"]["reference_id"])
         self.check_speaker_measures(report, stdout, ["carl", "dora"])
 
+    def test_adapted_to_each_reference_the_outputs_change_and_the_report_says_so(self):
+        data = os.path.join(self.tmp, "adapted_voices")
+        write_metadata(data, [line.replace("|anna|", "|carl|").replace("|ben|", "|dora|")
+                              for line in copy_sample_rows(data, 6)])
+        plain, _ = self.report_of("plain.json", "--data", data, "--num", "2")
+        adapted, stdout = self.report_of("adapted.json", "--data", data, "--num", "2",
+                                         "--adapt-steps", "2", "--adapt-learning-rate", "1e-3")
+        self.assertIsNone(plain["adaptation"])
+        self.assertEqual(adapted["adaptation"], {"steps": 2, "learning_rate": 1e-3})
+        self.assertEqual([u["reference_id"] for u in adapted["utterances"]],
+                         [u["reference_id"] for u in plain["utterances"]])
+        # the references' voices were fitted: other outputs (their distances to the recordings)
+        self.assertNotEqual([u["mcd_own"] for u in adapted["utterances"]],
+                            [u["mcd_own"] for u in plain["utterances"]])
+        self.check_speaker_measures(adapted, stdout, ["carl", "dora"])
+
     def test_match_among_judges_each_output_within_its_group(self):
         data = os.path.join(self.tmp, "held_out_groups")
         write_metadata(data, copy_sample_rows(data, 6))
@@ -231,6 +247,8 @@ class EvaluateCliTest(unittest.TestCase):
               "--recognizer", "none"], "ckpt-99"),
             (["--checkpoint-dir", self.checkpoint_dir, "--vocoder-checkpoint", "best"],
              "--vocoder-checkpoint needs --vocoder-dir"),
+            (["--checkpoint-dir", self.checkpoint_dir, "--adapt-steps", "-2"],
+             "--adapt-steps -2 must be 0"),
         ]
         for argv, expected in cases:
             with self.subTest(argv=argv):

@@ -51,17 +51,26 @@ SPEAKER_FIELDS = ("cross_speaker", "cross_reference_id", "cross_reference_audio"
 
 def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
              judge: Optional["ResemblyzerJudge"] = None,
-             match_among: Optional[int] = None) -> Tuple[List[dict], Optional[dict]]:
+             match_among: Optional[int] = None,
+             adapt_steps: int = 0,
+             adapt_learning_rate: Optional[float] = None
+             ) -> Tuple[List[dict], Optional[dict]]:
     """Synthesises every pick free-running and measures it. Returns one dict per utterance and,
     with a `judge` (and picks with cross references), the voice-cloning summary: each text is
     also synthesised with its cross reference, and the judge hears both outputs and the real
     recordings (speaker_measures.cloning_measures). Text-match tells each output from the
     other sentences of its group (metrics.match_groups(len(picks), match_among)): all of them
-    by default."""
+    by default. With `adapt_steps`, every reference first adapts the model to its voice
+    (Synthesizer.adapt: that many steps at `adapt_learning_rate`, default
+    voice_adaptation.ADAPT_LEARNING_RATE, on the reference and its transcript), and each
+    output is spoken with the weights of its reference; the model has the checkpoint's
+    weights again at the end."""
     # pylint: disable=import-outside-toplevel
     from myxtts.data.cache import load_samples
     from myxtts.evaluation.speaker_judge import HeardRecordings
     from myxtts.inference.synthesizer import TOKEN_PADDING
+    from myxtts.inference.voice_adaptation import ADAPT_LEARNING_RATE
+    adapt_learning_rate = adapt_learning_rate or ADAPT_LEARNING_RATE
     d = synth.config.data
     # One padded token length for every sentence: one compiled decode serves them all (and
     # decoding texts of several padded lengths in one process trips a tf.while_loop shape
@@ -71,6 +80,26 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
     heard = HeardRecordings(judge, d.sample_rate) if judge else None
     rows, synth_cepstra, gt_cepstra, pairs, paired_rows = [], [], [], [], []
     forced_cepstra = []
+    adapted: Dict[tuple, object] = {}
+
+    def reference_latents(reference, samples):
+        """The latents of a reference and, with adapt_steps, the weights adapted to it put in
+        the model (each reference adapted once)."""
+        latents = synth.speaker_latents_from_mel(synth.reference_mel_of(samples))
+        if adapt_steps:
+            if reference.clip not in adapted:
+                started = time.monotonic()
+                adapted[reference.clip] = synth.adapt(
+                    latents, [synth.adaptation_recording(samples, reference.tokens,
+                                                         reference.language_id)],
+                    adapt_steps, adapt_learning_rate)
+                losses = adapted[reference.clip].losses
+                logger.info("Adapted to %s's reference %s: mel loss %.3f -> %.3f (%.1f s)",
+                            reference.speaker, reference.id, losses[0], losses[-1],
+                            time.monotonic() - started)
+            synth.use_weights(adapted[reference.clip])
+        return latents
+
     for number, pick in enumerate(picks, start=1):
         started = time.monotonic()
         item = pick.item
@@ -80,7 +109,7 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
         # hand over the start of its file, which may be the sentence itself.
         reference_samples = load_samples(pick.reference, d)
         reference_mel = synth.reference_mel_of(reference_samples)
-        latents = synth.speaker_latents_from_mel(reference_mel)
+        latents = reference_latents(pick.reference, reference_samples)
         result = synth.synthesize_detailed(list(item.tokens), item.language_id, latents,
                                            padded_length=padded)
         gt_wave, gt_wave_len = synth.vocoder(gt_mel[None], [gt_mel.shape[0]])
@@ -95,13 +124,17 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
             "synth": result.waveform,
             "gt_vocoded": gt_wave[0, : int(gt_wave_len[0])].numpy(),
             "recording": samples}, d.sample_rate))
+        synth_cepstra.append(metrics.mel_cepstra(result.mel))
+        gt_cepstra.append(metrics.mel_cepstra(gt_mel))
+        forced_cepstra.append(metrics.mel_cepstra(synth.teacher_forced_mel(
+            list(item.tokens), item.language_id, reference_mel, gt_mel)))
         row.update(dict.fromkeys(SPEAKER_FIELDS))
         if heard is not None and pick.cross_reference is not None:
             cross = pick.cross_reference
             cross_samples = load_samples(cross, d)
             cross_result = synth.synthesize_detailed(
                 list(item.tokens), item.language_id,
-                synth.speaker_latents_from_mel(synth.reference_mel_of(cross_samples)),
+                reference_latents(cross, cross_samples),
                 padded_length=padded)
             pairs.append(speaker_measures.ClonePair(
                 recording=heard.index(item, samples),
@@ -114,14 +147,11 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
             paired_rows.append(row)
         row["seconds"] = round(time.monotonic() - started, 2)
         rows.append(row)
-        synth_cepstra.append(metrics.mel_cepstra(result.mel))
-        gt_cepstra.append(metrics.mel_cepstra(gt_mel))
-        forced_cepstra.append(metrics.mel_cepstra(synth.teacher_forced_mel(
-            list(item.tokens), item.language_id, reference_mel, gt_mel)))
         logger.info("%d/%d %s: %d frames (recording %d), %s, focus %.2f (%.1f s)", number,
                     len(picks), item.id, row["synth_frames"], row["gt_frames"],
                     "stop head" if row["ended_by_stop"] else "length cap", row["focus"],
                     row["seconds"])
+    synth.use_weights(None)
     cloning = None
     if pairs:
         fields, cloning = speaker_measures.cloning_measures(pairs, np.stack(heard.embeddings),

@@ -28,10 +28,10 @@ def reference_sample_count(data: DataConfig) -> int:
 
 
 def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
-                   min_seconds: Optional[float] = None) -> np.ndarray:
+                   min_seconds: Optional[float] = None, whole: bool = False) -> np.ndarray:
     """Float32 samples of the reference recording `path` (named `name` in messages, default
-    the path), prepared like training data and cut to reference_sample_count. With
-    `min_seconds`, a recording shorter than that (after trimming) is refused."""
+    the path), prepared like training data and cut to reference_sample_count (`whole`: not
+    cut). With `min_seconds`, a recording shorter than that (after trimming) is refused."""
     name = name or path
     try:
         samples = audio_io.decode(path, data.sample_rate, data.trim_silence,
@@ -57,4 +57,4 @@ def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
             f"({data.ref_min_seconds:g}-{data.ref_max_seconds:g} s of speech).")
     if data.normalize_loudness:
         samples = audio_math.normalize_loudness(samples, data.target_rms_db)
-    return samples[: reference_sample_count(data)]
+    return samples if whole else samples[: reference_sample_count(data)]

@@ -42,6 +42,8 @@ from myxtts.inference.reference_audio import (ReferenceAudioError, load_referenc
                                               reference_sample_count)
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
+from myxtts.inference.voice_adaptation import (ADAPT_LEARNING_RATE, ADAPT_STEPS,
+                                               AdaptationRecording, AdaptedWeights, VoiceAdapter)
 from myxtts.inference.voices import Voice, conditioning_fingerprint
 
 logger = logging.getLogger("myxtts.inference")
@@ -126,6 +128,51 @@ class Synthesizer:
         """float32 [1, speaker_latent_rows, d_model] of `voice`; voices.VoiceMismatchError when
         another model made it."""
         return tf.constant(voice.latents_for(self.fingerprint, self.loaded.checkpoint_path)[None])
+
+    # ---- adapting to a voice (inference.voice_adaptation) -----------------------------------
+    @functools.cached_property
+    def adapter(self) -> VoiceAdapter:
+        return VoiceAdapter(self.model)
+
+    def adaptation_recording(self, samples: np.ndarray, ids: Sequence[int],
+                             language_id: int) -> AdaptationRecording:
+        """A recording (samples decoded like training data, whole) and its transcript's token
+        ids, as adaptation reads them."""
+        return AdaptationRecording(tuple(ids), language_id,
+                                   self.log_mel(samples[None])[0].numpy())
+
+    def adapt(self, latents, recordings: Sequence[AdaptationRecording],
+              steps: int = ADAPT_STEPS,
+              learning_rate: float = ADAPT_LEARNING_RATE) -> AdaptedWeights:
+        """The model's weights fine-tuned on a voice's `recordings` with its `latents`
+        (VoiceAdapter.adapt); the model is left as it was: `use_weights` puts them in."""
+        return self.adapter.adapt(latents, recordings, steps, learning_rate)
+
+    def adapt_to_references(self, latents, reference_audio: Sequence[str],
+                            transcripts: Sequence[str], language: str,
+                            steps: int = ADAPT_STEPS,
+                            learning_rate: float = ADAPT_LEARNING_RATE) -> AdaptedWeights:
+        """`adapt` on reference recordings (paths, each read whole) and what each says."""
+        language_id = self.language_id(language)
+        recordings = []
+        for path, text in zip(reference_audio, transcripts):
+            samples = load_reference(path, self.config.data, whole=True)
+            seconds = samples.size / self.sample_rate
+            if seconds > self.config.data.max_audio_seconds:
+                raise ReferenceAudioError(
+                    f"The reference audio {path} holds {seconds:.1f} s of sound; adapting to "
+                    f"a voice reads each reference whole, with its transcript, and this model "
+                    f"trained on utterances of at most data.max_audio_seconds = "
+                    f"{self.config.data.max_audio_seconds:g} s. Pass a shorter recording (and "
+                    f"the words it says).")
+            recordings.append(self.adaptation_recording(samples, self.encode(text, language),
+                                                        language_id))
+        return self.adapt(latents, recordings, steps, learning_rate)
+
+    def use_weights(self, adapted: Optional[AdaptedWeights]) -> None:
+        """Speak with `adapted`'s weights from now on; None: with the checkpoint's again."""
+        if adapted is not None or "adapter" in self.__dict__:  # cached_property: built once
+            self.adapter.use(adapted)
 
     # ---- text ------------------------------------------------------------------------------
     def language_id(self, language: str) -> int:

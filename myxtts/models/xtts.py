@@ -5,6 +5,8 @@ Public API (docs/model.md has the diagram and the contracts):
     model = XTTSModel(config.model, vocab_size, num_languages, n_mels,   # weights built here
                       pitch_combs=mel_pitch_combs(config.data))  # model.prosody_features
     out = model(batch, training=...)        # teacher forced; batch as in docs/architecture.md
+        (batch["speaker_latents"], float32 [B, L, d] as from speaker_latents, replaces
+        "ref_mel"/"ref_lengths": a voice's latents given, as inference.voice_adaptation does)
         out["mel_before"]  float32 [B, T_mel, n_mels]  decoder output (values past mel_lengths
                                                        are unspecified)
         out["mel_after"]   float32 [B, T_mel, n_mels]  + postnet residual (0 past mel_lengths)
@@ -273,9 +275,12 @@ class XTTSModel(keras.Model):
         tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
         text = self.text_encoder(tokens, token_lengths, batch["language_ids"],
                                  seed=fold_seed(seed, 0), training=training)
-        latents, spectrum, spread = self.split_latents(self.speaker_encoder(
-            batch["ref_mel"], tf.cast(batch["ref_lengths"], tf.int32), seed=fold_seed(seed, 1),
-            training=training))
+        voice_rows = batch.get("speaker_latents")
+        if voice_rows is None:
+            voice_rows = self.speaker_encoder(batch["ref_mel"], tf.cast(batch["ref_lengths"],
+                                                                        tf.int32),
+                                              seed=fold_seed(seed, 1), training=training)
+        latents, spectrum, spread = self.split_latents(voice_rows)
         scale = self._frame_scale(spread)
         voice = latents
         latents = self._drop_voices(latents, fold_seed(seed, 6), training)
