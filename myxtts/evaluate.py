@@ -169,6 +169,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "utterances": rows}
     print(f"{report['checkpoint']} (step {report['step']}): {len(rows)} held-out sentence(s) "
           f"from {sentences.source}")
+    if report["adaptation"]:
+        print(f"Each reference's voice adapted first: {args.adapt_steps} steps at learning "
+              f"rate {report['adaptation']['learning_rate']:g} on the reference and its text.")
     print(format_table(rows, summary))
     if recognizer is None:
         print(f"WER not measured: {why_not}.")

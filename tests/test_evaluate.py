@@ -205,6 +205,8 @@ class EvaluateCliTest(unittest.TestCase):
                                          "--adapt-steps", "2", "--adapt-learning-rate", "1e-3")
         self.assertIsNone(plain["adaptation"])
         self.assertEqual(adapted["adaptation"], {"steps": 2, "learning_rate": 1e-3})
+        self.assertIn("Each reference's voice adapted first: 2 steps at learning rate 0.001",
+                      stdout)
         self.assertEqual([u["reference_id"] for u in adapted["utterances"]],
                          [u["reference_id"] for u in plain["utterances"]])
         # the references' voices were fitted: other outputs (their distances to the recordings)
