@@ -107,6 +107,9 @@ def test_cli_refuses_adaptation_flags_that_cannot_work(run_dir, tmp_path):
     out = str(tmp_path / "out.wav")
     speak = ("--checkpoint-dir", run_dir, "--text", "Hello.", "--output", out)
     voice = str(tmp_path / "v.npz")
+    samples, rate = sf.read(REFERENCE_AUDIO)  # 5.0 s; twice is longer than the tiny model's 8 s
+    long_reference = str(tmp_path / "long.wav")
+    sf.write(long_reference, np.concatenate([samples, samples]), rate)
     cases = [
         (("--reference-audio", REFERENCE_AUDIO, REFERENCE_AUDIO, "--reference-text", "One.",
           "--adapt-steps", "3"),
@@ -125,6 +128,10 @@ def test_cli_refuses_adaptation_flags_that_cannot_work(run_dir, tmp_path):
         (("--reference-audio", REFERENCE_AUDIO, "--reference-text", "Ünïcødé ☃",
           "--adapt-steps", "3"),
          r"\(--reference-text: the words of each --reference-audio recording\.\)"),
+        (("--reference-audio", long_reference, "--reference-text", REFERENCE_TEXT,
+          "--adapt-steps", "3"),
+         r"The reference audio .*long\.wav holds 10\.0 s of sound; adapting to a voice reads "
+         r"each reference whole.*data\.max_audio_seconds = 8 s"),
     ]
     for argv, message in cases:
         code, printed = _run(*speak, *argv)
