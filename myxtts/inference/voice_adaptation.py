@@ -3,7 +3,7 @@ themselves, their frames and their transcripts fed as in training (teacher force
 model writes that voice also where its latents alone place it on the nearest training voice.
 It needs what each reference says; the voice's latents are computed as without it.
 
-    adapter = VoiceAdapter(model)                       # one per model; compiled once per shape
+    adapter = VoiceAdapter(model)                       # one per model
     recording = AdaptationRecording(ids, language_id, log_mel)    # the reference, its text
     adapted = adapter.adapt(latents, [recording], steps=ADAPT_STEPS)
     adapter.use(adapted)         # the model now speaks with the adapted weights
@@ -17,7 +17,7 @@ model as it found it and returns the adapted values; `use` puts them in. Determi
 pass runs with training=False (no dropout; the prenet's inference masks are fixed).
 
 The defaults (ADAPT_STEPS, ADAPT_LEARNING_RATE) were chosen on configs/clone_quick.yaml's run c34
-(docs/results.md, "Adapting to the reference").
+(docs/results.md, "c34"; docs/cloning.md, "Adapting to the reference").
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class VoiceAdapter:
             with tf.device(variable.value.device):  # a keras.Variable's tf.Variable
                 self._moments.append((tf.Variable(tf.zeros_like(variable), trainable=False),
                                       tf.Variable(tf.zeros_like(variable), trainable=False)))
-        # one trace serves recordings of every length
+        # traced for the first two batch shapes, then once for recordings of any length
         self._step = tf.function(self._update, reduce_retracing=True)
         self._loss = tf.function(self._mel_loss, reduce_retracing=True)
 
