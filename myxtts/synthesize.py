@@ -218,7 +218,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 latents, args.reference_audio, args.reference_text, language, args.adapt_steps,
                 args.adapt_learning_rate or ADAPT_LEARNING_RATE)
         print(f"Adapted to the voice of {', '.join(voice.references)}: {args.adapt_steps} "
-              f"steps, loss {adapted.losses[0]:.3f} -> {adapted.losses[-1]:.3f} "
+              f"steps, mel loss {adapted.losses[0]:.3f} -> {adapted.losses[-1]:.3f} "
               f"({time.monotonic() - started:.1f} s)", file=report)
         synth.use_weights(adapted)
     if args.output == "-":

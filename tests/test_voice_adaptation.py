@@ -96,7 +96,7 @@ def test_cli_adapts_to_the_reference_and_speaks_in_it(run_dir, tmp_path):
          str(GRIFFIN_LIM_ITERS)],
         capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(r"Adapted to the voice of S003\.flac: 3 steps, loss [0-9.]+ -> "
+    assert re.search(r"Adapted to the voice of S003\.flac: 3 steps, mel loss [0-9.]+ -> "
                      r"[0-9.]+", done.stdout), done.stdout
     samples, rate = sf.read(os.path.join(REPO, output))
     assert rate == 16000 and samples.size > 0

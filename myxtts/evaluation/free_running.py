@@ -94,7 +94,7 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
                                                          reference.language_id)],
                     adapt_steps, adapt_learning_rate)
                 losses = adapted[reference.clip].losses
-                logger.info("Adapted to %s's reference %s: loss %.3f -> %.3f (%.1f s)",
+                logger.info("Adapted to %s's reference %s: mel loss %.3f -> %.3f (%.1f s)",
                             reference.speaker, reference.id, losses[0], losses[-1],
                             time.monotonic() - started)
             synth.use_weights(adapted[reference.clip])

@@ -132,7 +132,7 @@ class Synthesizer:
     # ---- adapting to a voice (inference.voice_adaptation) -----------------------------------
     @functools.cached_property
     def adapter(self) -> VoiceAdapter:
-        return VoiceAdapter(self.model, self.config.training)
+        return VoiceAdapter(self.model)
 
     def adaptation_recording(self, samples: np.ndarray, ids: Sequence[int],
                              language_id: int) -> AdaptationRecording:

@@ -3,17 +3,16 @@ themselves, their frames and their transcripts fed as in training (teacher force
 model writes that voice also where its latents alone place it on the nearest training voice.
 It needs what each reference says; the voice's latents are computed as without it.
 
-    adapter = VoiceAdapter(model, config.training)      # one per model
+    adapter = VoiceAdapter(model)                       # one per model
     recording = AdaptationRecording(ids, language_id, log_mel)    # the reference, its text
     adapted = adapter.adapt(latents, [recording], steps=ADAPT_STEPS)
     adapter.use(adapted)         # the model now speaks with the adapted weights
     adapter.use(None)            # and with the checkpoint's again
 
 Every trainable weight the teacher-forced pass reads moves (the speaker encoder's does not: the
-voice's latents are given, made once from the references). The loss is training's mel loss
-before and after the postnet and its stop loss (without the stop loss the adapted decoder
-often ran to the length cap on short sentences); the optimiser is Adam, its moments starting at
-zero for every voice. The recordings go as one padded batch, so every step sees all of them. `adapt` leaves the
+voice's latents are given, made once from the references). The loss is training's L1 mel loss
+before and after the postnet; the optimiser is Adam, its moments starting at zero for every
+voice. The recordings go as one padded batch, so every step sees all of them. `adapt` leaves the
 model as it found it and returns the adapted values; `use` puts them in. Deterministic: the
 pass runs with training=False (no dropout; the prenet's inference masks are fixed).
 
@@ -28,9 +27,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
-
-from myxtts.config import TrainingConfig
-from myxtts.training.losses import mel_loss, stop_loss
 
 ADAPT_STEPS = 30
 ADAPT_LEARNING_RATE = 3e-4
@@ -51,7 +47,7 @@ class AdaptedWeights:
     """The model's trainable weights after adapting to a voice (VoiceAdapter.adapt)."""
 
     values: Tuple[np.ndarray, ...]  # in the order of model.trainable_variables
-    losses: Tuple[float, ...]  # the loss before each step, and after the last
+    losses: Tuple[float, ...]  # the mel loss before each step, and after the last
     steps: int
     learning_rate: float
 
@@ -59,10 +55,8 @@ class AdaptedWeights:
 class VoiceAdapter:
     """Fine-tunes `model` on a voice's reference recordings; see the module docstring."""
 
-    def __init__(self, model, training: TrainingConfig):
-        """`training`: the run's training settings (its mel loss kind and stop weight)."""
+    def __init__(self, model):
         self.model = model
-        self.training = training
         self.variables = list(model.trainable_variables)
         self._checkpoint_values: Optional[List[np.ndarray]] = None
         self._moments = []
@@ -72,7 +66,7 @@ class VoiceAdapter:
                                       tf.Variable(tf.zeros_like(variable), trainable=False)))
         # traced for the first two batch shapes, then once for recordings of any length
         self._step = tf.function(self._update, reduce_retracing=True)
-        self._final_loss = tf.function(self._loss, reduce_retracing=True)
+        self._loss = tf.function(self._mel_loss, reduce_retracing=True)
 
     def adapt(self, latents, recordings: Sequence[AdaptationRecording], steps: int = ADAPT_STEPS,
               learning_rate: float = ADAPT_LEARNING_RATE) -> AdaptedWeights:
@@ -92,7 +86,7 @@ class VoiceAdapter:
         rate = tf.constant(learning_rate, tf.float32)
         losses = [float(self._step(batch, tf.constant(float(t)), rate))
                   for t in range(1, steps + 1)]
-        losses.append(float(self._final_loss(batch)))
+        losses.append(float(self._loss(batch)))
         adapted = tuple(v.numpy() for v in self.variables)
         for variable, value in zip(self.variables, before):
             variable.assign(value)
@@ -129,17 +123,17 @@ class VoiceAdapter:
                 "mel_lengths": tf.constant([len(rec.mel) for rec in recordings], tf.int32),
                 "speaker_latents": tf.tile(latents, [n, 1, 1])}
 
-    def _loss(self, batch):
+    def _mel_loss(self, batch):
         out = self.model(batch, training=False)
-        frames = tf.sequence_mask(batch["mel_lengths"], tf.shape(batch["mel"])[1], tf.float32)
-        return (mel_loss(out["mel_before"], batch["mel"], frames, self.training.mel_loss)
-                + mel_loss(out["mel_after"], batch["mel"], frames, self.training.mel_loss)
-                + stop_loss(out["stop_logits"], batch["mel_lengths"],
-                            self.training.stop_pos_weight))
+        mask = tf.sequence_mask(batch["mel_lengths"], tf.shape(batch["mel"])[1],
+                                tf.float32)[..., None]
+        count = tf.reduce_sum(mask) * tf.cast(tf.shape(batch["mel"])[2], tf.float32)
+        return sum(tf.reduce_sum(tf.abs(tf.cast(out[k], tf.float32) - batch["mel"]) * mask)
+                   for k in ("mel_before", "mel_after")) / count
 
     def _update(self, batch, t, rate):
         with tf.GradientTape() as tape:
-            loss = self._loss(batch)
+            loss = self._mel_loss(batch)
         grads = tape.gradient(loss, self.variables)
         corrected = rate * tf.sqrt(1 - _BETA_2 ** t) / (1 - _BETA_1 ** t)
         for variable, grad, (first, second) in zip(self.variables, grads, self._moments):
