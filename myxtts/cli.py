@@ -167,8 +167,9 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
 
 
 def add_adaptation_args(p: argparse.ArgumentParser, what: str) -> None:
-    """--adapt-steps and --adapt-learning-rate (myxtts.inference.voice_adaptation): the model
-    fine-tuned on `what` before it speaks in that voice."""
+    """--adapt-steps, --adapt-learning-rate and --adapt-part
+    (myxtts.inference.voice_adaptation): the model fine-tuned on `what` before it speaks in that
+    voice."""
     p.add_argument("--adapt-steps", type=int, default=0,
                    help=f"Adapt the model to {what}: this many steps of fine-tuning on the "
                         f"recording and what it says, before speaking in its voice (30 "
@@ -177,6 +178,11 @@ def add_adaptation_args(p: argparse.ArgumentParser, what: str) -> None:
                         f"only.")
     p.add_argument("--adapt-learning-rate", type=float, default=None,
                    help="Learning rate of --adapt-steps (default 3e-4).")
+    p.add_argument("--adapt-part", choices=("all", "postnet"), default=None,
+                   help="The weights --adapt-steps moves: all (default; every weight the "
+                        "decode reads, the strongest voice measured) or postnet (the postnet "
+                        "alone: the decode, its reading, timing and stops, stays the "
+                        "checkpoint's, and a voice file can hold it).")
 
 
 def check_adaptation_args(args: argparse.Namespace) -> None:
@@ -184,6 +190,9 @@ def check_adaptation_args(args: argparse.Namespace) -> None:
     if args.adapt_steps < 0:
         raise UsageError(f"--adapt-steps {args.adapt_steps} must be 0 (no adaptation) or more, "
                          f"e.g. 30.")
+    if args.adapt_part is not None and not args.adapt_steps:
+        raise UsageError(f"--adapt-part {args.adapt_part} needs --adapt-steps (how many steps "
+                         f"to adapt the model to the voice), e.g. --adapt-steps 30.")
     if args.adapt_learning_rate is not None:
         if not args.adapt_steps:
             raise UsageError("--adapt-learning-rate needs --adapt-steps (how many steps to "

@@ -146,7 +146,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 recognizer.name if recognizer else f"not measured ({why_not})",
                 judge.name if judge else f"not measured ({judge_why_not})")
     rows, cloning = evaluate(synth, picks, recognizer, judge, args.match_among, args.adapt_steps,
-                             args.adapt_learning_rate)
+                             args.adapt_learning_rate, args.adapt_part or "all")
     summary = summarize(rows)
     report = {"checkpoint": synth.loaded.checkpoint_path,
               "step": step_of(synth.loaded.checkpoint_path),
@@ -156,7 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "max_decoder_steps": synth.max_decoder_steps,
               "vocoder": synth.vocoder.name,
               "adaptation": ({"steps": args.adapt_steps,
-                              "learning_rate": args.adapt_learning_rate or ADAPT_LEARNING_RATE}
+                              "learning_rate": args.adapt_learning_rate or ADAPT_LEARNING_RATE,
+                              "part": args.adapt_part or "all"}
                              if args.adapt_steps else None),
               "mcd_coefficients": metrics.MCD_COEFFICIENTS,
               "recognizer": recognizer.name if recognizer else None,
@@ -170,8 +171,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{report['checkpoint']} (step {report['step']}): {len(rows)} held-out sentence(s) "
           f"from {sentences.source}")
     if report["adaptation"]:
-        print(f"Each reference's voice adapted first: {args.adapt_steps} steps at learning "
-              f"rate {report['adaptation']['learning_rate']:g} on the reference and its text.")
+        print(f"Each reference's voice adapted first: {args.adapt_steps} steps of the "
+              f"{report['adaptation']['part']} weights at learning rate "
+              f"{report['adaptation']['learning_rate']:g} on the reference and its text.")
     print(format_table(rows, summary))
     if recognizer is None:
         print(f"WER not measured: {why_not}.")

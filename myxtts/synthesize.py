@@ -14,6 +14,15 @@ a voice another model made:
     myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio a.wav b.flac --save-voice v.npz
     myxtts-synthesize --checkpoint-dir runs/tiny --voice v.npz --text "Hello." --output hello.wav
 
+Adapting to the voice (myxtts.inference.voice_adaptation): --adapt-steps fine-tunes the model
+on the recordings and what each says (--reference-text) before speaking. With --adapt-part
+postnet only the postnet moves, and --save-voice stores it in the voice file, which --voice then
+speaks adapted:
+
+    myxtts-synthesize --checkpoint-dir runs/tiny --reference-audio a.wav \
+        --reference-text "The words a.wav says." --adapt-steps 30 --adapt-part postnet \
+        --save-voice v.npz
+
 Streaming (myxtts.inference.streaming): --stream writes each wav file as the decoder makes the
 audio, and --output - writes one WAV stream to standard output as chunks arrive (every
 utterance, a pause between them), so a player starts before synthesis ends:
@@ -68,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--adapt-steps).")
     add_adaptation_args(p, "the voice of --reference-audio (needs --reference-text)")
     p.add_argument("--save-voice", metavar="VOICE.npz",
-                   help="Store the voice of --reference-audio in this .npz file (before "
-                        "synthesising; without --text/--text-file only the file is written).")
+                   help="Store the voice of --reference-audio in this .npz file, with "
+                        "--adapt-steps its adapted postnet too (before synthesising; without "
+                        "--text/--text-file only the file is written).")
     p.add_argument("--language", default=None,
                    help="Language code from the model's data.languages (default: "
                         "data.default_language).")
@@ -140,10 +150,11 @@ def check_reference_texts(args: argparse.Namespace) -> None:
         raise UsageError(f"--adapt-steps {args.adapt_steps} adapts the model to recordings: "
                          f"pass --reference-audio (and what each says, --reference-text) "
                          f"instead of --voice.")
-    if args.save_voice:
-        raise UsageError("--save-voice with --adapt-steps: a voice file holds the voice's "
-                         "latents, not weights adapted to it; adapt again in each run, or save "
-                         "the voice without --adapt-steps.")
+    if args.save_voice and args.adapt_part != "postnet":
+        raise UsageError(f"--save-voice with --adapt-steps: a voice file holds an adapted "
+                         f"postnet, not every weight (--adapt-part {args.adapt_part or 'all'}); "
+                         f"pass --adapt-part postnet to store the adapted voice, or save the "
+                         f"voice without --adapt-steps.")
     texts = args.reference_text or []
     if len(texts) != len(args.reference_audio):
         raise UsageError(f"--adapt-steps needs what each --reference-audio recording says: "
@@ -201,26 +212,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sentences = [synth.sentences(text, language) for text in texts]
     if voice is None:
         voice = synth.voice(args.reference_audio)
-    if args.save_voice:
-        with flag_hint(f"(--save-voice {args.save_voice})", VoiceFileError):
-            voice.save(args.save_voice)
-        print(f"{args.save_voice}: the voice of {', '.join(voice.references)} "
-              f"({voice.latents.shape[0]} latents), made by {voice.checkpoint}", file=report)
     with flag_hint(f"(--voice {args.voice}, --checkpoint-dir {args.checkpoint_dir}: make it "
                    f"again with --reference-audio and --save-voice, or pass the "
                    f"--checkpoint-dir and --checkpoint that made it.)", VoiceMismatchError):
-        latents = synth.latents_of(voice)
+        latents = synth.use_voice(voice)
+    if voice.postnet is not None:
+        print(f"The voice {args.voice} is adapted to {', '.join(voice.references)}: its "
+              f"postnet speaks.", file=report)
     if args.adapt_steps:
         started = time.monotonic()
         with flag_hint("(--reference-text: the words of each --reference-audio recording.)",
                        UnknownCharactersError):
             adapted = synth.adapt_to_references(
                 latents, args.reference_audio, args.reference_text, language, args.adapt_steps,
-                args.adapt_learning_rate or ADAPT_LEARNING_RATE)
-        print(f"Adapted to the voice of {', '.join(voice.references)}: {args.adapt_steps} "
-              f"steps, mel loss {adapted.losses[0]:.3f} -> {adapted.losses[-1]:.3f} "
-              f"({time.monotonic() - started:.1f} s)", file=report)
-        synth.use_weights(adapted)
+                args.adapt_learning_rate or ADAPT_LEARNING_RATE, args.adapt_part or "all")
+        print(f"Adapted to the voice of {', '.join(voice.references)} ({adapted.part}): "
+              f"{args.adapt_steps} steps, mel loss {adapted.losses[0]:.3f} -> "
+              f"{adapted.losses[-1]:.3f} ({time.monotonic() - started:.1f} s)", file=report)
+        if adapted.part == "postnet":
+            voice = synth.voice(args.reference_audio, adapted)
+            latents = synth.use_voice(voice)
+        else:
+            synth.use_weights(adapted)
+    if args.save_voice:
+        with flag_hint(f"(--save-voice {args.save_voice})", VoiceFileError):
+            voice.save(args.save_voice)
+        adapted_note = ", its postnet adapted" if voice.postnet is not None else ""
+        print(f"{args.save_voice}: the voice of {', '.join(voice.references)} "
+              f"({voice.latents.shape[0]} latents{adapted_note}), made by {voice.checkpoint}",
+              file=report)
     if args.output == "-":
         _stream_to_stdout(synth, sentences, language_id, latents)
         return 0

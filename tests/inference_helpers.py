@@ -21,6 +21,9 @@ from myxtts.data.text import Tokenizer, clean_text
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
 REFERENCE_AUDIO = os.path.join(SAMPLE_DIR, "wavs", "S003.flac")
+# what REFERENCE_AUDIO says (samples/ljspeech_sample/metadata.csv, S003)
+REFERENCE_TEXT = ("And God saw the light, that it was good: and God divided the light from the "
+                  "darkness.")
 MAX_DECODER_STEPS = 12
 GRIFFIN_LIM_ITERS = 4
 

@@ -202,11 +202,16 @@ class EvaluateCliTest(unittest.TestCase):
                               for line in copy_sample_rows(data, 6)])
         plain, _ = self.report_of("plain.json", "--data", data, "--num", "2")
         adapted, stdout = self.report_of("adapted.json", "--data", data, "--num", "2",
-                                         "--adapt-steps", "2", "--adapt-learning-rate", "1e-3")
+                                         "--adapt-steps", "2", "--adapt-learning-rate", "1e-3",
+                                         "--adapt-part", "postnet")
         self.assertIsNone(plain["adaptation"])
-        self.assertEqual(adapted["adaptation"], {"steps": 2, "learning_rate": 1e-3})
-        self.assertIn("Each reference's voice adapted first: 2 steps at learning rate 0.001",
-                      stdout)
+        self.assertEqual(adapted["adaptation"],
+                         {"steps": 2, "learning_rate": 1e-3, "part": "postnet"})
+        self.assertIn("Each reference's voice adapted first: 2 steps of the postnet weights at "
+                      "learning rate 0.001", stdout)
+        # the postnet alone moved: every decode wrote as many frames as without adaptation
+        self.assertEqual([u["synth_frames"] for u in adapted["utterances"]],
+                         [u["synth_frames"] for u in plain["utterances"]])
         self.assertEqual([u["reference_id"] for u in adapted["utterances"]],
                          [u["reference_id"] for u in plain["utterances"]])
         # the references' voices were fitted: other outputs (their distances to the recordings)

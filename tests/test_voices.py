@@ -2,7 +2,9 @@
 several references average, another model's voice is refused (a model with the same speaker
 conditioning, as fine-tuning with it frozen leaves it, accepts it), files that are not voices
 are refused in one paragraph, and myxtts-synthesize --reference-audio A B / --save-voice /
---voice end to end."""
+--voice end to end. Adapted voices (their postnet fine-tuned on the references) round-trip, speak
+only with the model whose decoder they were fitted to, and are refused where only latents are
+spoken."""
 
 import contextlib
 import io
@@ -16,14 +18,14 @@ import pytest
 import soundfile as sf
 
 from myxtts.inference.synthesizer import Synthesizer
-from myxtts.inference.voices import (FORMAT, FORMAT_VERSION, Voice, VoiceFileError,
-                                     VoiceMismatchError)
+from myxtts.inference.voices import (FORMAT, FORMAT_VERSION, PLAIN_VERSION, Voice,
+                                     VoiceFileError, VoiceMismatchError)
 from myxtts.synthesize import guarded_main
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFERENCE_AUDIO,
-                                     REPO, SAMPLE_DIR, finetuned_checkpoint, make_checkpoint)
+                                     REFERENCE_TEXT, REPO, SAMPLE_DIR, finetuned_checkpoint,
+                                     make_checkpoint)
 
 OTHER_REFERENCE = os.path.join(SAMPLE_DIR, "wavs", "S005.wav")  # the same speaker, anna
-
 
 def _synthesizer(directory):
     return Synthesizer.from_checkpoint_dir(directory, max_decoder_steps=MAX_DECODER_STEPS,
@@ -98,8 +100,59 @@ def test_another_models_voice_is_refused_and_the_same_conditioning_accepts_it(ru
                               synth.model.decoder.get_weights()[0])
 
 
+@pytest.mark.slow
+def test_an_adapted_voice_keeps_its_postnet_and_only_its_models_decoder_takes_it(runs, synth,
+                                                                                 tmp_path):
+    latents = synth.speaker_latents(REFERENCE_AUDIO)
+    adapted = synth.adapt_to_references(latents, [REFERENCE_AUDIO], [REFERENCE_TEXT], "en",
+                                        steps=3, learning_rate=1e-3, part="postnet")
+    path = str(tmp_path / "adapted.npz")
+    synth.voice(REFERENCE_AUDIO, adapted).save(path)
+    voice = Voice.load(path)
+    assert len(voice.postnet) == len(synth.model.postnet.weights)
+    for stored, value in zip(voice.postnet, adapted.values):
+        np.testing.assert_array_equal(stored, value)
+    try:
+        synth.use_weights(adapted)
+        _, direct = synth.synthesize("Hello there.", "en", latents)
+        synth.use_weights(None)
+        _, from_file = synth.synthesize("Hello there.", "en", synth.use_voice(voice))
+        np.testing.assert_array_equal(from_file, direct)
+        # a plain voice puts the checkpoint's postnet back
+        _, plain = synth.synthesize("Hello there.", "en",
+                                    synth.use_voice(synth.voice(REFERENCE_AUDIO)))
+        assert not np.allclose(plain, direct, atol=1e-4)
+    finally:
+        synth.use_weights(None)
+    # latents alone would not sound adapted: latents_of (and the server's, the export's and the
+    # on-device runtime's, which share Voice.latents_for) refuse it
+    with pytest.raises(VoiceMismatchError, match=rf"The voice {re.escape(path)} was adapted to "
+                       r"its recordings \(S003\.flac\).*make their voices without "
+                       r"--adapt-steps\.$"):
+        synth.latents_of(voice)
+    # the frozen model makes the same latents, but its decoder writes other frames
+    frozen = _synthesizer(runs["frozen"])
+    with pytest.raises(VoiceMismatchError, match=r"its postnet was fitted to that model's "
+                       r"decoder, and the decoder of .*ckpt-3 differs.*Adapt the voice again"):
+        frozen.use_voice(voice)
+
+
+def test_the_servers_voice_store_skips_an_adapted_voice_loudly(tmp_path, caplog):
+    from myxtts.serving.voice_store import VoiceStore  # pylint: disable=import-outside-toplevel
+    latents = np.zeros([4, 8], np.float32)
+    Voice(latents, "ab" * 32, ("a.wav",), "runs/x/ckpt-1").save(str(tmp_path / "plain.npz"))
+    Voice(latents, "ab" * 32, ("b.wav",), "runs/x/ckpt-1",
+          postnet=(np.ones([5, 8, 8], np.float32), np.zeros([8], np.float32)),
+          decoder_fingerprint="cd" * 32).save(str(tmp_path / "adapted.npz"))
+    with caplog.at_level("WARNING"):
+        store = VoiceStore(str(tmp_path), "ab" * 32, "runs/x/ckpt-1")
+    assert [voice_id for voice_id, _ in store.list()] == ["plain"]
+    assert re.search(r"Voice .*adapted\.npz skipped: The voice .*adapted\.npz was adapted to its "
+                     r"recordings \(b\.wav\)", caplog.text), caplog.text
+
+
 def _voice_arrays(**changes):
-    arrays = {"format": np.array(FORMAT), "format_version": np.array(FORMAT_VERSION),
+    arrays = {"format": np.array(FORMAT), "format_version": np.array(PLAIN_VERSION),
               "latents": np.zeros([4, 8], np.float32), "fingerprint": np.array("ab" * 32),
               "references": np.array(["a.wav"]), "checkpoint": np.array("runs/x/ckpt-1")}
     arrays.update(changes)
@@ -135,6 +188,14 @@ def test_files_that_are_not_voices_are_refused_in_one_paragraph(tmp_path):
          r"is damaged \(latents float32 \(4, 8\), expected finite"),
         (write("pickled.npz", _voice_arrays(references=np.array(["a.wav", 1], object))),
          "is damaged or incomplete .*allow_pickle=False"),
+        (write("adapted_no_postnet.npz", _voice_arrays(
+            format_version=np.array(FORMAT_VERSION), decoder_fingerprint=np.array("cd" * 32))),
+         r"is damaged \(an adapted voice without postnet_0\)"),
+        (write("adapted_nan.npz", _voice_arrays(
+            format_version=np.array(FORMAT_VERSION), decoder_fingerprint=np.array("cd" * 32),
+            postnet_0=np.zeros([5, 8, 8], np.float32),
+            postnet_1=np.full([8], np.inf, np.float32))),
+         r"is damaged \(postnet_1 float32 \(8,\), expected finite float32\)"),
     ]
     for path, message in cases:
         with pytest.raises(VoiceFileError, match=message) as error:

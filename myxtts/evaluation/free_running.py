@@ -53,7 +53,8 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
              judge: Optional["ResemblyzerJudge"] = None,
              match_among: Optional[int] = None,
              adapt_steps: int = 0,
-             adapt_learning_rate: Optional[float] = None
+             adapt_learning_rate: Optional[float] = None,
+             adapt_part: str = "all"
              ) -> Tuple[List[dict], Optional[dict]]:
     """Synthesises every pick free-running and measures it. Returns one dict per utterance and,
     with a `judge` (and picks with cross references), the voice-cloning summary: each text is
@@ -62,7 +63,8 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
     other sentences of its group (metrics.match_groups(len(picks), match_among)): all of them
     by default. With `adapt_steps`, every reference first adapts the model to its voice
     (Synthesizer.adapt: that many steps at `adapt_learning_rate`, default
-    voice_adaptation.ADAPT_LEARNING_RATE, on the reference and its transcript), and each
+    voice_adaptation.ADAPT_LEARNING_RATE, of the weights of `adapt_part`, on the reference and
+    its transcript), and each
     output is spoken with the weights of its reference; the model has the checkpoint's
     weights again at the end."""
     # pylint: disable=import-outside-toplevel
@@ -92,7 +94,7 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
                 adapted[reference.clip] = synth.adapt(
                     latents, [synth.adaptation_recording(samples, reference.tokens,
                                                          reference.language_id)],
-                    adapt_steps, adapt_learning_rate)
+                    adapt_steps, adapt_learning_rate, adapt_part)
                 losses = adapted[reference.clip].losses
                 logger.info("Adapted to %s's reference %s: mel loss %.3f -> %.3f (%.1f s)",
                             reference.speaker, reference.id, losses[0], losses[-1],

@@ -5,6 +5,7 @@
     latents = synth.speaker_latents(["a.wav", "b.flac"])             # mean of their latents
     voice = synth.voice(["a.wav", "b.flac"]); voice.save("v.npz")    # voices.Voice, a file
     latents = synth.latents_of(Voice.load("v.npz"))                  # refuses another model's
+    latents = synth.use_voice(Voice.load("v.npz"))   # also an adapted voice: its postnet goes in
     wav, mel = synth.synthesize("Hello there.", "en", latents)       # float32 [S], [T, n_mels]
     for chunk in synth.stream("Hello there. How are you?", "en", latents):   # float32 [s]
         play(chunk)                                  # as the decoder runs (inference.streaming)
@@ -44,7 +45,7 @@ from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
 from myxtts.inference.voice_adaptation import (ADAPT_LEARNING_RATE, ADAPT_STEPS,
                                                AdaptationRecording, AdaptedWeights, VoiceAdapter)
-from myxtts.inference.voices import Voice, conditioning_fingerprint
+from myxtts.inference.voices import Voice, conditioning_fingerprint, decoder_fingerprint
 
 logger = logging.getLogger("myxtts.inference")
 
@@ -118,16 +119,42 @@ class Synthesizer:
         for every model that makes the same latents from the same recordings."""
         return conditioning_fingerprint(self.model, self.config)
 
-    def voice(self, reference_audio: Union[str, Sequence[str]]) -> Voice:
-        """The voice of one or several recordings (speaker_latents), to save and reuse."""
+    @functools.cached_property
+    def decoder_fingerprint(self) -> str:
+        """voices.decoder_fingerprint of this model: what an adapted voice's postnet was fitted
+        to (the same whichever postnet is in use)."""
+        return decoder_fingerprint(self.model, self.config)
+
+    def voice(self, reference_audio: Union[str, Sequence[str]],
+              adapted: Optional[AdaptedWeights] = None) -> Voice:
+        """The voice of one or several recordings (speaker_latents), to save and reuse; with
+        `adapted` (`adapt` of part "postnet" on the same recordings), the voice holds its
+        adapted postnet."""
         paths = _paths(reference_audio)
+        if adapted is not None and adapted.part != "postnet":
+            raise ValueError(f"a voice holds an adapted postnet, not weights adapted with part "
+                             f"{adapted.part!r}")
         return Voice(self.speaker_latents(paths)[0].numpy(), self.fingerprint,
-                     tuple(os.path.basename(p) for p in paths), self.loaded.checkpoint_path)
+                     tuple(os.path.basename(p) for p in paths), self.loaded.checkpoint_path,
+                     postnet=adapted.values if adapted else None,
+                     decoder_fingerprint=self.decoder_fingerprint if adapted else None)
 
     def latents_of(self, voice: Voice) -> tf.Tensor:
-        """float32 [1, speaker_latent_rows, d_model] of `voice`; voices.VoiceMismatchError when
-        another model made it."""
+        """float32 [1, speaker_latent_rows, d_model] of a plain `voice`;
+        voices.VoiceMismatchError when another model made it, or for an adapted voice
+        (`use_voice` speaks those)."""
         return tf.constant(voice.latents_for(self.fingerprint, self.loaded.checkpoint_path)[None])
+
+    def use_voice(self, voice: Voice) -> tf.Tensor:
+        """`latents_of` `voice`, also an adapted one, and the model speaks as the voice says
+        from now on: with its adapted postnet, or with the checkpoint's weights for a plain
+        voice; voices.VoiceMismatchError when another model made it."""
+        checkpoint = self.loaded.checkpoint_path
+        latents = voice.latents_for(self.fingerprint, checkpoint, speaks_adapted=True)
+        postnet = voice.postnet_for(self.decoder_fingerprint, checkpoint)
+        if postnet is not None or "adapter" in self.__dict__:  # cached_property: built once
+            self.adapter.use_values("postnet", postnet)
+        return tf.constant(latents[None])
 
     # ---- adapting to a voice (inference.voice_adaptation) -----------------------------------
     @functools.cached_property
@@ -142,16 +169,17 @@ class Synthesizer:
                                    self.log_mel(samples[None])[0].numpy())
 
     def adapt(self, latents, recordings: Sequence[AdaptationRecording],
-              steps: int = ADAPT_STEPS,
-              learning_rate: float = ADAPT_LEARNING_RATE) -> AdaptedWeights:
-        """The model's weights fine-tuned on a voice's `recordings` with its `latents`
-        (VoiceAdapter.adapt); the model is left as it was: `use_weights` puts them in."""
-        return self.adapter.adapt(latents, recordings, steps, learning_rate)
+              steps: int = ADAPT_STEPS, learning_rate: float = ADAPT_LEARNING_RATE,
+              part: str = "all") -> AdaptedWeights:
+        """The weights of `part` fine-tuned on a voice's `recordings` with its `latents`
+        (VoiceAdapter.adapt); the model speaks as before: `use_weights` puts them in."""
+        return self.adapter.adapt(latents, recordings, steps, learning_rate, part)
 
     def adapt_to_references(self, latents, reference_audio: Sequence[str],
                             transcripts: Sequence[str], language: str,
                             steps: int = ADAPT_STEPS,
-                            learning_rate: float = ADAPT_LEARNING_RATE) -> AdaptedWeights:
+                            learning_rate: float = ADAPT_LEARNING_RATE,
+                            part: str = "all") -> AdaptedWeights:
         """`adapt` on reference recordings (paths, each read whole) and what each says."""
         language_id = self.language_id(language)
         recordings = []
@@ -167,7 +195,7 @@ class Synthesizer:
                     f"the words it says).")
             recordings.append(self.adaptation_recording(samples, self.encode(text, language),
                                                         language_id))
-        return self.adapt(latents, recordings, steps, learning_rate)
+        return self.adapt(latents, recordings, steps, learning_rate, part)
 
     def use_weights(self, adapted: Optional[AdaptedWeights]) -> None:
         """Speak with `adapted`'s weights from now on; None: with the checkpoint's again."""
