@@ -75,10 +75,9 @@ class VoiceAdapter:
     def __init__(self, model):
         self.model = model
         encoder = {id(v) for v in model.speaker_encoder.trainable_variables}
-        postnet = {id(v) for v in model.postnet.trainable_variables}
         self._variables = {
             "all": [v for v in model.trainable_variables if id(v) not in encoder],
-            "postnet": [v for v in model.trainable_variables if id(v) in postnet]}
+            "postnet": list(model.postnet.trainable_variables)}
         self._checkpoint = [v.numpy() for v in self._variables["all"]]
         self._index = {id(v): i for i, v in enumerate(self._variables["all"])}
         self._in_use: Optional[Tuple[str, Tuple[np.ndarray, ...]]] = None  # (part, values)

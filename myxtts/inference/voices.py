@@ -10,12 +10,13 @@ A voice file is an uncompressed .npz of plain arrays, read with allow_pickle=Fal
 `fingerprint` (hex SHA-256), `references` (the recordings' file names, without folders) and
 `checkpoint` (the checkpoint that made it, for messages). Strings are numpy unicode arrays.
 
-A voice adapted to its references (myxtts-synthesize --adapt-steps; inference.voice_adaptation)
-also holds the adapted postnet: `postnet_0` ... `postnet_{n-1}` (float32, in the order of
-model.postnet.weights) and `decoder_fingerprint` (decoder_fingerprint below); such a file is
-format version 2, a plain voice version 1, so older readers refuse only the adapted ones. Only
-the Synthesizer speaks an adapted voice; the exported model and the on-device runtime speak with
-a voice's latents alone, so they refuse it (Voice.latents_for) rather than drop its postnet.
+A voice adapted to its references (myxtts-synthesize --adapt-steps --adapt-part postnet;
+inference.voice_adaptation) also holds the adapted postnet: `postnet_0` ... `postnet_{n-1}`
+(float32, in the order of model.postnet.trainable_variables) and `decoder_fingerprint`
+(decoder_fingerprint below); such a file is format version 2, a plain voice version 1, so older
+readers refuse only the adapted ones. Only the Synthesizer speaks an adapted voice; the exported
+model and the on-device runtime speak with a voice's latents alone, so they refuse it
+(Voice.latents_for) rather than drop its postnet.
 
 The fingerprint identifies the latent space a voice lives in: it is a SHA-256 over everything
 that turns a reference recording into latents — the reference featurisation (sample rate, STFT
@@ -125,8 +126,8 @@ class Voice:
     references: Tuple[str, ...]  # file names (no folders) of the recordings it was made from
     checkpoint: str  # the checkpoint that made it (for messages)
     file: Optional[str] = None  # where it was loaded from (None: made in this process)
-    # adapted to its references: the postnet's weights (model.postnet.weights' order) and the
-    # decoder_fingerprint of the model they were fitted to; None for a plain voice
+    # adapted to its references: the postnet's weights (model.postnet.trainable_variables'
+    # order) and the decoder_fingerprint of the model they were fitted to; None for a plain voice
     postnet: Optional[Tuple[np.ndarray, ...]] = None
     decoder_fingerprint: Optional[str] = None
 
