@@ -90,7 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from myxtts.serving.metrics import ServerMetrics
         from myxtts.serving.voice_store import VoiceStore
         model = ExportedModel(args.model)
-    store = VoiceStore(args.voices_dir, model.require_fingerprint(), model.checkpoint)
+    store = VoiceStore(args.voices_dir, model.require_fingerprint(), model.checkpoint,
+                       model.decoder_fingerprint if model.speaks_adapted else None)
     metrics = ServerMetrics()
     engine = SpeechEngine(model, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                           workers=args.workers, on_batch=metrics.batch_size.observe)

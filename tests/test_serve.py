@@ -1,7 +1,8 @@
 """myxtts-serve as people use it: a real server process on 127.0.0.1 (tests/serve_process.py),
 started from its folder with relative paths, driven with httpx: every endpoint, every bad input,
 16 concurrent requests, slow and vanished clients, the API key, kill -9 and a restart keeping
-the voices, SIGTERM finishing a request in flight."""
+the voices, SIGTERM finishing a request in flight, a voice adapted by myxtts-synthesize spoken
+with its postnet."""
 
 import io
 import os
@@ -14,8 +15,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.inference_helpers import REFERENCE_AUDIO
-from tests.serve_process import ServerProcess, tiny_export, upload_reference
+from myxtts.inference.voices import Voice
+from tests.inference_helpers import REFERENCE_AUDIO, REFERENCE_TEXT
+from tests.serve_process import EXPORT, ServerProcess, tiny_export, upload_reference
 
 pytestmark = pytest.mark.slow
 
@@ -330,6 +332,43 @@ def test_api_key_restart_after_kill_and_graceful_stop(folder):
     assert "Waiting for application shutdown." in second.log()
     assert "Finished server process" in second.log()
     assert key not in second.log()
+
+
+def test_an_adapted_voice_file_is_spoken_with_its_postnet(folder):
+    # pylint: disable=import-outside-toplevel  (TensorFlow in the test process only here)
+    from myxtts.inference.exported_model import ExportedModel
+    from myxtts.inference.synthesizer import Synthesizer
+    synth = Synthesizer.from_checkpoint_dir(os.path.join(folder, "runs", "tiny"))
+    latents = synth.speaker_latents(REFERENCE_AUDIO)
+    adapted = synth.adapt_to_references(latents, [REFERENCE_AUDIO], [REFERENCE_TEXT], "en",
+                                        steps=5, learning_rate=1e-2, part="postnet")
+    voices = os.path.join(folder, "voices-adapted")
+    synth.voice(REFERENCE_AUDIO, adapted).save(os.path.join(voices, "adapted.npz"))
+    synth.voice(REFERENCE_AUDIO).save(os.path.join(voices, "plain.npz"))
+    # the export's postnet_window_adapted runs the voice's postnet as the Synthesizer does
+    model = ExportedModel(os.path.join(folder, EXPORT))
+    frames = np.random.default_rng(0).normal(
+        -2.0, 1.0, [1, 30, synth.config.data.n_mels]).astype(np.float32)
+    inputs = model.voice_inputs(Voice.load(os.path.join(voices, "adapted.npz")))
+    synth.use_weights(adapted)
+    try:
+        expected = synth.model.postnet(frames, np.ones([1, 30], bool)).numpy()
+    finally:
+        synth.use_weights(None)
+    np.testing.assert_allclose(model.decoder.postnet_batch(frames, 0, inputs[1]), expected,
+                               atol=1e-5)
+    with ServerProcess(folder, "--voices-dir", "voices-adapted") as running:
+        with httpx.Client(base_url=running.url, timeout=120) as c:
+            assert [v["id"] for v in c.get("/v1/voices").json()["data"]] == ["adapted", "plain"]
+            audio = {name: pcm_samples(c.post("/v1/audio/speech", json={
+                "input": TEXTS[0], "voice": name, "response_format": "pcm"}).content)
+                for name in ("adapted", "plain")}
+            again = pcm_samples(c.post("/v1/audio/speech", json={
+                "input": TEXTS[0], "voice": "adapted", "response_format": "pcm"}).content)
+    # the same decode (as long), another postnet: other audio; the same again
+    assert audio["adapted"].size == audio["plain"].size
+    assert snr_db(audio["adapted"], audio["plain"]) < 20
+    np.testing.assert_allclose(again, audio["adapted"], atol=2e-3)
 
 
 def test_cli_refuses_a_missing_model(tmp_path):

@@ -127,7 +127,7 @@ def test_an_adapted_voice_keeps_its_postnet_and_only_its_models_decoder_takes_it
     # latents alone would not sound adapted: latents_of (and the server's, the export's and the
     # on-device runtime's, which share Voice.latents_for) refuse it
     with pytest.raises(VoiceMismatchError, match=rf"The voice {re.escape(path)} was adapted to "
-                       r"its recordings \(S003\.flac\).*make their voices without "
+                       r"its recordings \(S003\.flac\).*make its voices without "
                        r"--adapt-steps\.$"):
         synth.latents_of(voice)
     # the frozen model makes the same latents, but its decoder writes other frames
@@ -137,7 +137,7 @@ def test_an_adapted_voice_keeps_its_postnet_and_only_its_models_decoder_takes_it
         frozen.use_voice(voice)
 
 
-def test_the_servers_voice_store_skips_an_adapted_voice_loudly(tmp_path, caplog):
+def test_the_servers_voice_store_takes_an_adapted_voice_only_from_its_decoder(tmp_path, caplog):
     from myxtts.serving.voice_store import VoiceStore  # pylint: disable=import-outside-toplevel
     latents = np.zeros([4, 8], np.float32)
     Voice(latents, "ab" * 32, ("a.wav",), "runs/x/ckpt-1").save(str(tmp_path / "plain.npz"))
@@ -149,6 +149,12 @@ def test_the_servers_voice_store_skips_an_adapted_voice_loudly(tmp_path, caplog)
     assert [voice_id for voice_id, _ in store.list()] == ["plain"]
     assert re.search(r"Voice .*adapted\.npz skipped: The voice .*adapted\.npz was adapted to its "
                      r"recordings \(b\.wav\)", caplog.text), caplog.text
+    # a model that speaks adapted voices (an export with postnet_window_adapted) takes it when
+    # its decoder is the one the postnet was fitted to
+    speaks = VoiceStore(str(tmp_path), "ab" * 32, "runs/x/ckpt-1", decoder_fingerprint="cd" * 32)
+    assert [voice_id for voice_id, _ in speaks.list()] == ["adapted", "plain"]
+    other = VoiceStore(str(tmp_path), "ab" * 32, "runs/x/ckpt-1", decoder_fingerprint="ef" * 32)
+    assert [voice_id for voice_id, _ in other.list()] == ["plain"]
 
 
 def _voice_arrays(**changes):

@@ -22,6 +22,9 @@ driver over these signatures), with the decode state as explicit tensors
   decode_start        tokens, token_lengths, language_ids, speaker_latents        → the state
   decode_steps        the state + steps [] int32 (up to that many more decoder steps) → the state
   postnet_window      mel_before [B, T, n_mels] (decoded frames, all valid)       → mel
+  postnet_window_adapted  mel_before, postnet_weights [P] float32 (an adapted voice's postnet:
+                      its weights flattened and joined in model.postnet.trainable_variables'
+                      order; myxtts.inference.voices)                              → mel
   vocode_window       mel [B, T, n_mels], first_frame [] int32 (where the window starts in its
                       utterance; Griffin-Lim's starting phases depend on it)       → waveform
   streaming_info      (no inputs) → postnet_context, vocoder_context (receptive fields in mel
@@ -90,6 +93,7 @@ class ServingModule(tf.Module):
             "mel_before": tf.TensorSpec([None, None, n], tf.float32, "mel_before"),
             "first_frame": tf.TensorSpec([], tf.int32, "first_frame"),
             "steps": tf.TensorSpec([], tf.int32, "steps"),
+            "postnet_weights": tf.TensorSpec([None], tf.float32, "postnet_weights"),
         }
         self._state_specs = self._decode_state_specs()
 
@@ -161,6 +165,15 @@ class ServingModule(tf.Module):
     def postnet_window(self, mel_before):
         return {"mel": self.model.postnet(mel_before, tf.ones(tf.shape(mel_before)[:2], tf.bool))}
 
+    def postnet_window_adapted(self, mel_before, postnet_weights):
+        postnet = self.model.postnet
+        shapes = [v.shape for v in postnet.trainable_variables]
+        weights = [tf.reshape(w, shape) for w, shape in
+                   zip(tf.split(postnet_weights, [s.num_elements() for s in shapes]), shapes)]
+        mel, _ = postnet.stateless_call(weights, [], mel_before,
+                                        tf.ones(tf.shape(mel_before)[:2], tf.bool))
+        return {"mel": mel}
+
     def vocode_window(self, mel, first_frame):
         return {"waveform": self.vocoder.windows(mel, first_frame)}
 
@@ -183,6 +196,7 @@ class ServingModule(tf.Module):
             "reference_mel": ("audio", "audio_lengths"),
             "decode_start": ("tokens", "token_lengths", "language_ids", "speaker_latents"),
             "postnet_window": ("mel_before",),
+            "postnet_window_adapted": ("mel_before", "postnet_weights"),
             "vocode_window": ("mel", "first_frame"),
             "streaming_info": (),
         }

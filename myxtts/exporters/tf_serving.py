@@ -33,7 +33,7 @@ from myxtts.exporters.serving_graph import ServingModule
 from myxtts.exporters.versions import publish_version
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, load_vocoder
-from myxtts.inference.voices import conditioning_fingerprint
+from myxtts.inference.voices import conditioning_fingerprint, decoder_fingerprint
 from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
 
 logger = logging.getLogger("myxtts.export")
@@ -106,6 +106,8 @@ def export_tf_serving(checkpoint_dir: str, export_dir: str, *, checkpoint: Optio
                     "vocoder": vocoder.checkpoint_path if vocoder else "griffin-lim",
                     # Voice files made with this model carry it (myxtts.inference.voices).
                     "voice_fingerprint": conditioning_fingerprint(loaded.model, loaded.config),
+                    # and adapted voices the decoder fingerprint (their postnet's frames)
+                    "decoder_fingerprint": decoder_fingerprint(loaded.model, loaded.config),
                     "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             module = ServingModule(loaded, steps, griffin_lim_iterations,
                                    _stage_assets(loaded, asset_dir, info), vocoder)

@@ -62,6 +62,9 @@ class ExportedDecoder:
         self._start = signatures["decode_start"]
         self._steps = signatures["decode_steps"]
         self._postnet = signatures["postnet_window"]
+        # exports from before adapted voices lack it (ExportedModel.speaks_adapted)
+        self._postnet_adapted = signatures.get("postnet_window_adapted")
+        self.adapts_postnet = self._postnet_adapted is not None
         self.reduction_factor = info["reduction_factor"]
         self.n_mels = info["n_mels"]
         self.postnet_context = info["postnet_context"]
@@ -136,10 +139,16 @@ class ExportedDecoder:
     def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
         return self.postnet_batch(mel_before[None], first_frame)[0]
 
-    def postnet_batch(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
-        """The postnet over windows [B, T, n_mels] of decoded frames, all valid."""
+    def postnet_batch(self, mel_before: np.ndarray, first_frame: int = 0,
+                      postnet_weights: Optional[np.ndarray] = None) -> np.ndarray:
+        """The postnet over windows [B, T, n_mels] of decoded frames, all valid; with
+        `postnet_weights` (ExportedModel.voice_inputs), an adapted voice's postnet."""
         del first_frame  # the postnet does not depend on where a window starts
-        return self._postnet(mel_before=tf.constant(mel_before, tf.float32))["mel"].numpy()
+        mel = tf.constant(mel_before, tf.float32)
+        if postnet_weights is None:
+            return self._postnet(mel_before=mel)["mel"].numpy()
+        return self._postnet_adapted(
+            mel_before=mel, postnet_weights=tf.constant(postnet_weights, tf.float32))["mel"].numpy()
 
 
 class ExportedVocoder:
@@ -193,6 +202,8 @@ class ExportedModel:
         self.checkpoint = export.get("checkpoint", self.path)
         # Older exports lack it: their voices cannot be checked against the model.
         self.fingerprint: Optional[str] = export.get("voice_fingerprint")
+        # Exports from before adapted voices lack it and the postnet_window_adapted signature.
+        self.decoder_fingerprint: Optional[str] = export.get("decoder_fingerprint")
 
     # ---- text and voice --------------------------------------------------------------------
     def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:
@@ -226,8 +237,26 @@ class ExportedModel:
                      (os.path.basename(name or path),), self.checkpoint)
 
     def latents_of(self, voice: Voice) -> np.ndarray:
-        """[speaker_latent_rows, d_model] of `voice`; VoiceMismatchError for another model's."""
+        """[speaker_latent_rows, d_model] of a plain `voice`; VoiceMismatchError for another
+        model's, or for an adapted voice (voice_inputs)."""
         return voice.latents_for(self.require_fingerprint(), self.checkpoint)
+
+    @property
+    def speaks_adapted(self) -> bool:
+        """Whether the export can put an adapted voice's postnet in (postnet_window_adapted)."""
+        return self.decoder_fingerprint is not None and self.decoder.adapts_postnet
+
+    def voice_inputs(self, voice: Voice) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """(latents [speaker_latent_rows, d_model], the adapted postnet's weights flattened
+        and joined [P] or None for a plain voice) of `voice`, for the postnet_window_adapted
+        signature; VoiceMismatchError for another model's voice, or an adapted voice this
+        export cannot speak adapted (exported before adapted voices: export again)."""
+        if voice.postnet is None or not self.speaks_adapted:
+            return self.latents_of(voice), None
+        postnet = voice.postnet_for(self.decoder_fingerprint, self.checkpoint)
+        latents = voice.latents_for(self.require_fingerprint(), self.checkpoint,
+                                    speaks_adapted=True)
+        return latents, np.concatenate([np.ravel(w) for w in postnet]).astype(np.float32)
 
     # ---- streaming -------------------------------------------------------------------------
     def stream(self, text: str, language: str, latents, *,

@@ -14,8 +14,9 @@ A voice adapted to its references (myxtts-synthesize --adapt-steps --adapt-part 
 inference.voice_adaptation) also holds the adapted postnet: `postnet_0` ... `postnet_{n-1}`
 (float32, in the order of model.postnet.trainable_variables) and `decoder_fingerprint`
 (decoder_fingerprint below); such a file is format version 2, a plain voice version 1, so older
-readers refuse only the adapted ones. Only the Synthesizer speaks an adapted voice; the exported
-model and the on-device runtime speak with a voice's latents alone, so they refuse it
+readers refuse only the adapted ones. The Synthesizer and an export that records the decoder
+fingerprint (its postnet_window_adapted signature; the speech server) speak an adapted voice;
+older exports and the on-device runtime speak with a voice's latents alone, so they refuse it
 (Voice.latents_for) rather than drop its postnet.
 
 The fingerprint identifies the latent space a voice lives in: it is a SHA-256 over everything
@@ -143,9 +144,9 @@ class Voice:
                 f"The voice{name} was adapted to its recordings ({', '.join(self.references)}): "
                 f"it holds a postnet fine-tuned on them (myxtts-synthesize --adapt-steps), and "
                 f"its latents alone would not sound as adapted. Speak it with myxtts-synthesize "
-                f"--voice (Synthesizer.use_voice) and the checkpoint that made it; the server, "
-                f"an export and the on-device runtime speak with latents only, so make their "
-                f"voices without --adapt-steps.")
+                f"--voice (Synthesizer.use_voice) or the speech server, with the checkpoint that "
+                f"made it (the server's export made by this myxtts); the on-device runtime "
+                f"speaks with latents only, so make its voices without --adapt-steps.")
         if fingerprint != self.fingerprint:
             raise VoiceMismatchError(
                 f"The voice{name} was made by {self.checkpoint} from "

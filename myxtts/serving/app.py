@@ -232,7 +232,7 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
         """Text → audio in `voice` (a stored voice id). `stream: true` sends the audio as it is
         made (response_format pcm, or wav: one header, then PCM)."""
         started = time.monotonic()
-        job_args = await run_in_threadpool(_prepare, body)
+        job_args, postnet = await run_in_threadpool(_prepare, body)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -241,7 +241,7 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
                 loop.call_soon_threadsafe(queue.put_nowait, item)
 
         job = SpeechJob(*job_args, on_audio=deliver, on_end=lambda e: deliver(_End(e)),
-                        sample_rate=model.sample_rate)
+                        sample_rate=model.sample_rate, postnet=postnet)
         try:
             engine.submit(job)
         except RuntimeError as e:
@@ -278,7 +278,8 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
         return Response(content, media_type=fmt.media_type, headers=headers)
 
     def _prepare(body: SpeechRequest):
-        """(sentences, language id, latents, speed) of a request, or ApiError."""
+        """((sentences, language id, latents, speed), the voice's adapted postnet or None) of a
+        request, or ApiError."""
         text = body.input
         if not text.strip():
             raise ApiError(400, "input is empty: pass the text to speak.", "input",
@@ -312,7 +313,8 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
             raise ApiError(400, str(e), "language", "unknown_language") from None
         except UnknownCharactersError as e:
             raise ApiError(400, str(e), "input", "unknown_characters") from None
-        return sentences, language_id, model.latents_of(voice), body.speed
+        latents, postnet = model.voice_inputs(voice)
+        return (sentences, language_id, latents, body.speed), postnet
 
     async def _streamed(job: SpeechJob, queue: asyncio.Queue, response_format: str,
                         started: float):

@@ -41,17 +41,20 @@ logger = logging.getLogger("myxtts.serving")
 
 class SpeechJob:
     """One request: its sentences' token ids, the language, the voice's latents [L, d] and the
-    speed. `on_audio(samples)` gets float32 chunks in order, then `on_end(error)` once (None:
-    all audio was given); both are called from engine threads."""
+    speed, and an adapted voice's postnet weights (ExportedModel.voice_inputs; None: the
+    model's postnet). `on_audio(samples)` gets float32 chunks in order, then `on_end(error)`
+    once (None: all audio was given); both are called from engine threads."""
 
     def __init__(self, sentences: Sequence[Sequence[int]], language_id: int,
                  latents: np.ndarray, speed: float,
                  on_audio: Callable[[np.ndarray], None],
-                 on_end: Callable[[Optional[BaseException]], None], sample_rate: int):
+                 on_end: Callable[[Optional[BaseException]], None], sample_rate: int,
+                 postnet: Optional[np.ndarray] = None):
         self.sentences = [list(ids) for ids in sentences]
         self.language_id = int(language_id)
         self.latents = np.asarray(latents, np.float32)
         self.speed = float(speed)
+        self.postnet = postnet
         self.on_audio, self.on_end = on_audio, on_end
         self.sample_rate = sample_rate
         self.cancelled = threading.Event()  # the client went away: decode no more of it
@@ -122,6 +125,16 @@ def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Opti
         for k, result in zip(members, results):
             outputs[k] = stages[k].give(result)
     return outputs
+
+
+def _by_postnet(items: Sequence[_Item]) -> List[List[int]]:
+    """Indices of `items` grouped by their job's postnet weights (None, the model's, or an
+    adapted voice's), in order."""
+    groups: Dict[int, List[int]] = {}
+    for k, item in enumerate(items):
+        postnet = item.job.postnet
+        groups.setdefault(0 if postnet is None else id(postnet), []).append(k)
+    return list(groups.values())
 
 
 class SpeechEngine:
@@ -236,8 +249,16 @@ class SpeechEngine:
                     if not item.job.cancelled.is_set()]
             items = [item for item, _, _ in live]
             finals = [done for _, _, done in live]
-            mels = run_windows([item.postnet for item in items], [mel for _, mel, _ in live],
-                               finals, decoder.postnet_batch)
+            mels: List[Optional[np.ndarray]] = [None] * len(items)
+            for members in _by_postnet(items):  # an adapted voice's postnet runs on its own
+                postnet = items[members[0]].job.postnet
+                outputs = run_windows(
+                    [items[k].postnet for k in members], [live[k][1] for k in members],
+                    [finals[k] for k in members],
+                    lambda windows, first, postnet=postnet: decoder.postnet_batch(
+                        windows, first, postnet))
+                for k, output in zip(members, outputs):
+                    mels[k] = output
             mels = [item.tempo.push(mel, done) for item, mel, done in zip(items, mels, finals)]
             waveforms = run_windows([item.vocode for item in items], mels, finals,
                                     vocoder.window_batch)

@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import threading
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from myxtts.errors import MyXTTSError
 from myxtts.inference.voices import Voice, VoiceFileError, VoiceMismatchError
@@ -56,9 +56,13 @@ def check_voice_id(voice_id: str) -> str:
 class VoiceStore:
     """Voice files in `folder` that the model with conditioning `fingerprint` can use."""
 
-    def __init__(self, folder: str, fingerprint: str, checkpoint: str):
+    def __init__(self, folder: str, fingerprint: str, checkpoint: str,
+                 decoder_fingerprint: Optional[str] = None):
         self.folder = folder
         self.fingerprint, self.checkpoint = fingerprint, checkpoint
+        # the model's decoder fingerprint when it speaks adapted voices (ExportedModel
+        # .speaks_adapted); None: adapted voices are skipped like another model's
+        self.decoder_fingerprint = decoder_fingerprint
         self._lock = threading.Lock()
         self._voices: Dict[str, Voice] = {}
         os.makedirs(folder, exist_ok=True)
@@ -69,13 +73,20 @@ class VoiceStore:
             path = os.path.join(folder, name)
             try:
                 voice = Voice.load(path)
-                voice.latents_for(fingerprint, checkpoint)
+                self._check(voice)
             except (VoiceFileError, VoiceMismatchError) as e:
                 logger.warning("Voice %s skipped: %s", path, e)
                 continue
             self._voices[voice_id] = voice
         logger.info("Voices: %d in %s%s", len(self._voices), folder,
                     f" ({', '.join(sorted(self._voices))})" if self._voices else "")
+
+    def _check(self, voice: Voice) -> None:
+        """VoiceMismatchError for a voice this model cannot speak as it was made."""
+        adapted = voice.postnet is not None and self.decoder_fingerprint is not None
+        if adapted:
+            voice.postnet_for(self.decoder_fingerprint, self.checkpoint)
+        voice.latents_for(self.fingerprint, self.checkpoint, speaks_adapted=adapted)
 
     def path(self, voice_id: str) -> str:
         return os.path.join(self.folder, check_voice_id(voice_id) + SUFFIX)
