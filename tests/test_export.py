@@ -42,6 +42,7 @@ SIGNATURES = {
     "decode_start": ["tokens", "token_lengths", "language_ids", "speaker_latents"],
     "decode_steps": ["steps", "step", "frames", "done", "caches_0_0", "memory_0_1_0"],
     "postnet_window": ["mel_before"],
+    "postnet_window_adapted": ["mel_before", "postnet_weights"],
     "vocode_window": ["mel", "first_frame"],
     "streaming_info": [],
 }
@@ -137,6 +138,7 @@ class PhonemeModelSignaturesTest(unittest.TestCase):
                                max_decoder_steps=3, griffin_lim_iterations=2, assets={})
         signatures = module.signatures()
         self.assertEqual(sorted(signatures), ["decode_start", "decode_steps", "postnet_window",
+                                              "postnet_window_adapted",
                                               "reference_mel", "serving_default",
                                               "speaker_latents", "streaming_info",
                                               "synthesize_tokens", "vocode_window"])
@@ -321,6 +323,11 @@ class ExportRoundTripTest(unittest.TestCase):
                              "speaker_latents": latents},
             "decode_steps": {**self._decode_state(ids, latents), "steps": np.int32(3)},
             "postnet_window": {"mel_before": np.zeros([1, 9, 40], np.float32) - 2.0},
+            # an adapted voice's postnet: here the model's own weights, halved
+            "postnet_window_adapted": {
+                "mel_before": np.zeros([1, 9, 40], np.float32) - 2.0,
+                "postnet_weights": 0.5 * np.concatenate(
+                    [v.numpy().ravel() for v in synth.model.postnet.trainable_variables])},
             "vocode_window": {"mel": np.zeros([1, 9, 40], np.float32) - 2.0,
                               "first_frame": np.int32(5)},
         }
@@ -362,6 +369,13 @@ class ExportRoundTripTest(unittest.TestCase):
             {k: tf.constant(v) for k, v in self._decode_state(ids, latents).items()}), 3)
         self.assertEqual(int(out["decode_steps/step"]), 5)
         np.testing.assert_allclose(out["decode_steps/frames"], state.frames.numpy(), atol=1e-4)
+        frames = np.zeros([1, 9, 40], np.float32) - 2.0
+        np.testing.assert_allclose(out["postnet_window/mel"],
+                                   synth.model.postnet(frames, np.ones([1, 9], bool)), atol=1e-5)
+        halved = [0.5 * v.numpy() for v in synth.model.postnet.trainable_variables]
+        np.testing.assert_allclose(out["postnet_window_adapted/mel"],
+                                   synth.model.postnet.stateless_call(
+                                       halved, [], frames, np.ones([1, 9], bool))[0], atol=1e-5)
         expected_frames = min(MAX_DECODER_STEPS, -(-len(ids) * 12 // 2)) * 2
         self.assertEqual(mel.shape, (expected_frames, synth.config.data.n_mels))
         hop, win = synth.config.data.hop_length, synth.config.data.win_length

@@ -8,9 +8,10 @@ A voice's id is its file name without `.npz`: letters, digits, `_`, `-` and `.` 
 at most 64 characters, so an id can never name a path outside the folder. The folder is the
 truth: files are written with atomic_write (a kill -9 leaves the old file or the new one, never
 half of one), so the voices a server made survive a crash and a restart, and voice files
-`myxtts-synthesize --save-voice` wrote with the same checkpoint can be copied in. Files made by
-another model, damaged ones and temporary files of an interrupted write are skipped at start,
-each with a log line saying why. No TensorFlow.
+`myxtts-synthesize --save-voice` wrote with the same checkpoint can be copied in, adapted ones
+(their postnet) too when the model speaks them (`decoder_fingerprint`). Files made by another
+model, damaged ones and temporary files of an interrupted write are skipped at start, each with
+a log line saying why. No TensorFlow.
 """
 
 from __future__ import annotations
