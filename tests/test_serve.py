@@ -349,7 +349,9 @@ def test_an_adapted_voice_file_is_spoken_with_its_postnet(folder):
     model = ExportedModel(os.path.join(folder, EXPORT))
     frames = np.random.default_rng(0).normal(
         -2.0, 1.0, [1, 30, synth.config.data.n_mels]).astype(np.float32)
-    inputs = model.voice_inputs(Voice.load(os.path.join(voices, "adapted.npz")))
+    voice = Voice.load(os.path.join(voices, "adapted.npz"))
+    inputs = model.voice_inputs(voice)
+    assert model.voice_inputs(voice)[1] is inputs[1]  # one array a voice: its requests batch
     synth.use_weights(adapted)
     try:
         expected = synth.model.postnet(frames, np.ones([1, 30], bool)).numpy()

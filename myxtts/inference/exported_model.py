@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import weakref
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -204,6 +205,8 @@ class ExportedModel:
         self.fingerprint: Optional[str] = export.get("voice_fingerprint")
         # Exports from before adapted voices lack it and the postnet_window_adapted signature.
         self.decoder_fingerprint: Optional[str] = export.get("decoder_fingerprint")
+        self._postnet_weights: "weakref.WeakKeyDictionary[Voice, np.ndarray]" = (
+            weakref.WeakKeyDictionary())
 
     # ---- text and voice --------------------------------------------------------------------
     def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:
@@ -256,7 +259,10 @@ class ExportedModel:
         postnet = voice.postnet_for(self.decoder_fingerprint, self.checkpoint)
         latents = voice.latents_for(self.require_fingerprint(), self.checkpoint,
                                     speaks_adapted=True)
-        return latents, np.concatenate([np.ravel(w) for w in postnet]).astype(np.float32)
+        if voice not in self._postnet_weights:  # one array per voice: its requests share it
+            self._postnet_weights[voice] = np.concatenate(
+                [np.ravel(w) for w in postnet]).astype(np.float32)
+        return latents, self._postnet_weights[voice]
 
     # ---- streaming -------------------------------------------------------------------------
     def stream(self, text: str, language: str, latents, *,

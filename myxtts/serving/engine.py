@@ -129,7 +129,7 @@ def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Opti
 
 def _by_postnet(items: Sequence[_Item]) -> List[List[int]]:
     """Indices of `items` grouped by their job's postnet weights (None, the model's, or an
-    adapted voice's), in order."""
+    adapted voice's: one array per voice, ExportedModel.voice_inputs), in order."""
     groups: Dict[int, List[int]] = {}
     for k, item in enumerate(items):
         postnet = item.job.postnet
