@@ -159,6 +159,9 @@ class Synthesizer:
     # ---- adapting to a voice (inference.voice_adaptation) -----------------------------------
     @functools.cached_property
     def adapter(self) -> VoiceAdapter:
+        # Every weight change goes through the adapter: the fingerprint of the decoder is taken
+        # now, while the model holds the checkpoint's weights.
+        _ = self.decoder_fingerprint
         return VoiceAdapter(self.model)
 
     def adaptation_recording(self, samples: np.ndarray, ids: Sequence[int],
