@@ -152,6 +152,11 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                    help="Map each decoded frame to the reference's mean and spread per mel band "
                         "(default: the run's model.reference_statistics; needs a run trained "
                         "with model.reference_spectrum).")
+    p.add_argument("--reference-matching", type=float, default=None, metavar="SHARE",
+                   help="Move each decoded speech frame this share of the way (0-1, e.g. 0.5; "
+                        "0 = off) toward its nearest frames of the reference (default: the "
+                        "run's model.reference_matching; needs a run trained with "
+                        "model.reference_spectrum).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations (more = cleaner phase, slower); used without "
                         "--vocoder-dir.")
@@ -206,13 +211,17 @@ def decoding_settings(args: argparse.Namespace) -> dict:
     """The decoding settings the model flags replace (checkpoint_loading.DECODING_FLAGS)."""
     statistics = args.reference_statistics
     return {"model.voice_guidance": args.voice_guidance,
-            "model.reference_statistics": None if statistics is None else statistics == "on"}
+            "model.reference_statistics": None if statistics is None else statistics == "on",
+            "model.reference_matching": args.reference_matching}
 
 
 def check_model_args(args: argparse.Namespace) -> None:
     """UsageError for model-loading flags that cannot work, before TensorFlow is imported."""
     if args.max_decoder_steps is not None and args.max_decoder_steps < 1:
         raise UsageError(f"--max-decoder-steps {args.max_decoder_steps} must be 1 or more.")
+    if args.reference_matching is not None and not 0 <= args.reference_matching <= 1:
+        raise UsageError(f"--reference-matching {args.reference_matching} must be within 0 "
+                         f"(off) and 1, e.g. 0.5.")
     if args.voice_guidance is not None and args.voice_guidance < 0:
         raise UsageError(f"--voice-guidance {args.voice_guidance} must be 0 (off) or more.")
     if args.griffin_lim_iters < 1:

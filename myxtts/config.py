@@ -28,6 +28,11 @@ TEXT_ALIGNMENTS = ("attention", "durations")
 DECODER_INPUTS = ("previous_frames", "aligned_text")
 # What training.select_by may name: what ranks checkpoints for best/ and early stopping.
 SELECT_BY = ("objective", "text_match")
+# model.reference_matching: the reference speech frames a voice carries (its first ones; 256
+# frames are 4.1 s at 16 kHz with hop 256) and how many of the nearest ones a written frame
+# moves toward (kNN-VC's k).
+REFERENCE_MATCHING_FRAMES = 256
+REFERENCE_MATCHING_NEIGHBOURS = 4
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -171,6 +176,17 @@ class ModelConfig:
                                            "spread travels as one more latent row; nothing "
                                            "is trained, so any reference_spectrum run can "
                                            "decode with it (--reference-statistics).")
+    reference_matching: float = _f(0.0, "Decoding (needs reference_spectrum): each written "
+                                        "speech frame moves this share of the way (0 = off, "
+                                        "e.g. 0.5) toward the mean of its "
+                                        f"{REFERENCE_MATCHING_NEIGHBOURS} nearest speech frames "
+                                        "of the reference (kNN-VC's frame matching, in log "
+                                        "mel), so the output is made of the reference voice's "
+                                        "own spectra, also for voices unlike the training "
+                                        f"ones. The reference's first {REFERENCE_MATCHING_FRAMES} "
+                                        "speech frames travel as that many more latent rows; "
+                                        "nothing is trained, so any reference_spectrum run can "
+                                        "decode with it (--reference-matching).")
     voice_norms: bool = _m(False, "Every layer norm of the decoder takes a per-item scale and "
                                   "shift from the mean speaker latent (adaptive layer norm, "
                                   "as Meta-StyleSpeech's style-adaptive norm), so the voice "
@@ -248,9 +264,11 @@ class ModelConfig:
     def speaker_latent_rows(self) -> int:
         """Rows of the speaker latents the model takes: the perceiver's latents, plus the
         reference spectrum's row with reference_spectrum and the spread's with
-        reference_statistics or reference_spread."""
+        reference_statistics or reference_spread, and REFERENCE_MATCHING_FRAMES rows of the
+        reference's speech frames with reference_matching."""
         return (self.num_speaker_latents + int(self.reference_spectrum)
-                + int(self.reference_statistics or self.reference_spread))
+                + int(self.reference_statistics or self.reference_spread)
+                + (REFERENCE_MATCHING_FRAMES if self.reference_matching else 0))
 
 
 @dataclasses.dataclass
@@ -580,6 +598,13 @@ class XTTSConfig:
              "needs model.reference_spectrum: the output is mapped to the reference's mean and "
              "spread around the spectrum the decoder writes relative to. Turn "
              "reference_spectrum on (and train with it) or leave reference_statistics off.")
+        need(0.0 <= m.reference_matching <= 1.0, "model.reference_matching",
+             f"is {m.reference_matching}: the share of the way each frame moves toward its "
+             f"nearest reference frames must be within [0, 1] (0 = off, e.g. 0.5).")
+        need(not m.reference_matching or m.reference_spectrum, "model.reference_matching",
+             "needs model.reference_spectrum: the output's speech frames are told from its "
+             "pauses by the reference spectrum's level. Turn reference_spectrum on (and train "
+             "with it) or leave reference_matching at 0.")
         need(not m.reference_spread or m.reference_spectrum, "model.reference_spread",
              "needs model.reference_spectrum: frames are read and written in units of the "
              "reference's spread around its spectrum.")

@@ -82,6 +82,16 @@ class ConfigTest(unittest.TestCase):
             config.override({"model.reference_statistics": True},
                             names={"model.reference_statistics": "--reference-statistics"})
 
+    def test_reference_matching_needs_the_reference_spectrum_and_a_share(self):
+        with self.assertRaisesRegex(ConfigError, "model.reference_matching needs "
+                                                 "model.reference_spectrum"):
+            XTTSConfig.from_yaml(_write("model:\n  reference_matching: 0.5\n"))
+        with self.assertRaisesRegex(ConfigError, "--reference-matching is 1.5: the share.*"
+                                                 "within \\[0, 1\\]"):
+            XTTSConfig.from_yaml(_write("model:\n  reference_spectrum: true\n")).override(
+                {"model.reference_matching": 1.5},
+                names={"model.reference_matching": "--reference-matching"})
+
     def test_aligned_text_needs_durations_and_no_frame_feeding(self):
         with self.assertRaisesRegex(ConfigError, "aligned_text needs model.text_alignment"):
             XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"))

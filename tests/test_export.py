@@ -235,6 +235,31 @@ class ReferenceStatisticsSignaturesTest(unittest.TestCase):
         self.assertGreater(float(tf.reduce_max(tf.abs(plain.frames - whole.frames))), 1e-2)
 
 
+class ReferenceMatchingSignaturesTest(unittest.TestCase):
+    """A model.reference_matching model serves its frame rows, and its matched decode, through
+    the signatures: the whole decode and the decode driven a few steps a call give the model's
+    own frames."""
+
+    def test_the_served_decode_matches_the_frames_as_the_model_does(self):
+        from myxtts.config import REFERENCE_MATCHING_FRAMES
+        config, model, module = _served({"model.reference_spectrum": True,
+                                         "model.reference_matching": 0.5,
+                                         "model.d_model": 48})
+        signatures = module.signatures()
+        latents, tokens = _latents_and_tokens(config, signatures)
+        self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 1
+                                         + REFERENCE_MATCHING_FRAMES, config.model.d_model))
+        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
+        own = model.generate(*tokens.values(), latents, max_steps=6)
+        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
+        state = signatures["decode_start"](speaker_latents=latents, **tokens)
+        self.assertIn("matching_0", state)
+        for _ in range(3):
+            state = signatures["decode_steps"](steps=tf.constant(2), **state)
+        whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
+        np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
+
+
 class VoiceGuidanceSignaturesTest(unittest.TestCase):
     """A model.voice_guidance model serves its guided decode (every item twice inside the
     state) through the signatures, giving the model's own mel."""

@@ -401,6 +401,119 @@ class ReferenceStatisticsTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"], cached["mel"]), 1e-5)
 
 
+class ReferenceMatchingTest(unittest.TestCase):
+    """model.reference_matching: the reference's speech frames travel as latent rows, and every
+    decoded speech frame moves that share of the way toward its nearest ones; nothing trained
+    changes."""
+
+    @classmethod
+    def setUpClass(cls):
+        _reference_row_model(cls, reference_matching=0.5)
+        cls.plain = tiny_model(tiny_config(reference_spectrum=True, decode_attention_window=0,
+                                           d_model=48))
+        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
+
+    def test_the_speech_frames_travel_after_the_spectrum(self):
+        from myxtts.config import REFERENCE_MATCHING_FRAMES as F
+        from myxtts.models.encoders import REFERENCE_FRAME_PAD, SPEECH_FRAME_RANGE
+        m = self.config.model
+        latents = self.latents.numpy()
+        self.assertEqual(latents.shape, (2, m.num_speaker_latents + 1 + F, m.d_model))
+        np.testing.assert_allclose(latents[:, :-F],
+                                   self.plain.speaker_latents(self.batch["ref_mel"],
+                                                              self.batch["ref_lengths"]),
+                                   atol=1e-6)
+        for i, length in enumerate(self.batch["ref_lengths"].numpy()):
+            mel = self.batch["ref_mel"].numpy()[i, :length]
+            level = mel.mean(-1)
+            speech = mel[level >= level.max() - SPEECH_FRAME_RANGE]
+            rows = latents[i, -F:, :self.n]
+            np.testing.assert_allclose(rows[:len(speech)], speech, atol=1e-6)
+            self.assertTrue(np.all(rows[len(speech):] == REFERENCE_FRAME_PAD))
+        self.assertEqual(float(np.abs(latents[:, -F:, self.n:]).max(initial=0.0)), 0.0)
+
+    def test_a_speech_frame_moves_toward_the_mean_of_its_nearest_reference_frames(self):
+        from myxtts.config import REFERENCE_MATCHING_FRAMES as F
+        from myxtts.models import xtts
+        from myxtts.models.encoders import REFERENCE_FRAME_PAD
+        rng = np.random.default_rng(0)
+        n, r = self.n, self.r
+        reference = np.full((3, F, n), REFERENCE_FRAME_PAD, np.float32)
+        reference[:2, :40] = rng.normal(-1.5, 0.5, (2, 40, n))
+        reference[2, :3] = rng.normal(-1.5, 0.5, (3, n))  # fewer frames than neighbours
+        frames = rng.normal(-1.5, 0.5, (3, r, n)).astype(np.float32)
+        frames[0, 0] = -6.0  # a pause
+        offset = np.full((3, r * n), -1.5, np.float32)
+        for share in (0.5, 1.0):
+            out = xtts._matched(tf.constant(frames.reshape(3, r * n)), tf.constant(offset),
+                                tf.constant(reference), share, r).numpy().reshape(3, r, n)
+            for i in range(2):
+                for j in range(r):
+                    if i == 0 and j == 0:
+                        np.testing.assert_array_equal(out[i, j], frames[i, j])
+                        continue
+                    distances = ((reference[i, :40] - frames[i, j]) ** 2).sum(-1)
+                    target = reference[i, np.argsort(distances)[:4]].mean(0)
+                    np.testing.assert_allclose(out[i, j], frames[i, j]
+                                               + share * (target - frames[i, j]), atol=1e-4)
+            np.testing.assert_array_equal(out[2], frames[2])
+
+    def test_decoded_frames_lie_nearer_the_reference_frames(self):
+        from myxtts.config import REFERENCE_MATCHING_FRAMES as F
+        b = self.batch
+        steps = 12
+        distances = {}
+        for name, model, latents in (("plain", self.plain, self.latents[:, :-F]),
+                                     ("matched", self.model, self.latents)):
+            state = model.decode_steps(
+                model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"], latents,
+                                   steps), steps, 0.99999)
+            frames = tf.transpose(state.frames, [1, 0, 2]).numpy().reshape(2, -1, self.n)
+            nearest = []
+            for i, length in enumerate(state.lengths.numpy()):
+                reference = self.latents.numpy()[i, -F:, :self.n]
+                reference = reference[reference.mean(-1) > -50]
+                d = ((frames[i, :length, None] - reference[None]) ** 2).sum(-1)
+                nearest.append(np.sqrt(d.min(-1)).mean())
+            distances[name] = np.mean(nearest)
+        self.assertLess(distances["matched"], 0.8 * distances["plain"])
+
+    def test_the_cache_the_recompute_and_a_chunked_decode_agree(self):
+        b = self.batch
+        args = (b["tokens"], b["token_lengths"], b["language_ids"], self.latents)
+        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
+        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+        state = self.model.start_decode(*args, max_steps=16)
+        while not bool(tf.reduce_all(state.done)):
+            state = self.model.decode_steps(state, 3, 0.99999)
+        self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"], cached["mel"]), 1e-5)
+
+    def test_a_voice_with_the_frame_rows_is_another_models_voice(self):
+        """Voice files hold the frame rows: a model decoding without them refuses such a voice
+        (and the reverse), by the conditioning fingerprint, though no weight differs."""
+        from myxtts.inference.voices import conditioning_fingerprint
+        plain_config = tiny_config(reference_spectrum=True, decode_attention_window=0,
+                                   d_model=48)
+        self.assertNotEqual(conditioning_fingerprint(self.model, self.config),
+                            conditioning_fingerprint(self.plain, plain_config))
+
+    def test_several_references_pool_their_frames(self):
+        from myxtts.config import REFERENCE_MATCHING_FRAMES as F
+        from myxtts.models.encoders import REFERENCE_FRAME_PAD
+        latents = self.latents.numpy()
+        pooled = self.model.pooled_latents(latents).numpy()
+        np.testing.assert_allclose(pooled[0, :-F], latents[:, :-F].mean(0), atol=1e-6)
+        own = [rows[rows[:, 0] != REFERENCE_FRAME_PAD] for rows in latents[:, -F:]]
+        real = pooled[0, -F:][pooled[0, -F:, 0] != REFERENCE_FRAME_PAD]
+        np.testing.assert_array_equal(real, np.concatenate(own))
+        # more frames than rows: evenly thinned to F of them
+        many = np.repeat(latents[:1], 3, axis=0)
+        many[:, -F:] = np.random.default_rng(0).normal(-2.0, 0.3, (3, F, many.shape[-1]))
+        thinned = self.model.pooled_latents(many).numpy()[0, -F:]
+        np.testing.assert_array_equal(thinned, many[:, -F:].reshape(3 * F, -1)[::3])
+
+
 class VoiceGuidanceTest(unittest.TestCase):
     """model.voice_dropout trains some items with the null voice; model.voice_guidance decodes
     every item twice, with its voice and with the null voice, and pushes the frames away from

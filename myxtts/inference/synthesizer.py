@@ -104,10 +104,11 @@ class Synthesizer:
 
     def speaker_latents(self, reference_audio: Union[str, Sequence[str]]) -> tf.Tensor:
         """float32 [1, speaker_latent_rows, d_model] for the speaker of a recording (a path), or
-        the mean of each recording's latents for several (a sequence of paths)."""
+        the mean of each recording's latents for several (a sequence of paths; with
+        model.reference_matching their frames pooled: XTTSModel.pooled_latents)."""
         paths = _paths(reference_audio)
         latents = [self.speaker_latents_from_mel(self.reference_mel(p)) for p in paths]
-        return tf.reduce_mean(tf.concat(latents, axis=0), axis=0, keepdims=True)
+        return self.model.pooled_latents(tf.concat(latents, axis=0))
 
     def speaker_latents_from_mel(self, reference_mel) -> tf.Tensor:
         mel = tf.convert_to_tensor(reference_mel, tf.float32)[None]

@@ -71,7 +71,7 @@ _CONDITIONING = ("d_model", "num_heads", "ff_multiplier", "conditioning_layers",
                  "perceiver_layers", "num_speaker_latents", "reference_spectrum")
 # Settings that add latent rows when on; off they are left out of the fingerprint, so the voices
 # of models from before they existed keep their fingerprints.
-_CONDITIONING_WHEN_ON = ("reference_statistics", "reference_spread")
+_CONDITIONING_WHEN_ON = ("reference_statistics", "reference_spread", "reference_matching")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz (a zip archive) begins
 _KEYS = ("format", "format_version", "latents", "fingerprint", "references", "checkpoint")
 _ADAPTED_KEYS = ("decoder_fingerprint", "postnet_0")
@@ -154,8 +154,8 @@ class Voice:
                 f"differs (fingerprint {self.fingerprint[:12]} vs {fingerprint[:12]}): its "
                 f"latents are not what this model hears in those recordings. Make the voice "
                 f"again from the recordings with {checkpoint}, or use it with the checkpoint "
-                f"that made it (and the same --reference-statistics: on, a voice holds one "
-                f"more latent row).")
+                f"that made it (and the same --reference-statistics and --reference-matching "
+                f"on or off: on, a voice holds more latent rows).")
         return self.latents
 
     def postnet_for(self, fingerprint: str, checkpoint: str) -> Optional[Tuple[np.ndarray, ...]]:

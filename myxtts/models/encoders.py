@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from myxtts.config import ModelConfig
+from myxtts.config import REFERENCE_MATCHING_FRAMES, ModelConfig
 from myxtts.models.layers import (TransformerStack, fold_seed, indexed, key_padding_mask,
                                   length_mask, sinusoidal_encoding, stateless_dropout)
 
@@ -117,6 +117,24 @@ def reference_spread(ref_mel, ref_lengths) -> tf.Tensor:
     return tf.sqrt(variance)
 
 
+# model.reference_matching: the value of every mel band of a reference frame row a reference too
+# short to fill (XTTSModel.reference_frames tells them apart by it).
+REFERENCE_FRAME_PAD = -100.0
+
+
+def reference_frames(ref_mel, ref_lengths, count: int) -> tf.Tensor:
+    """float32 [B, count, n_mels]: each reference's first `count` speech frames
+    (`_speech_frames`) in order, REFERENCE_FRAME_PAD after its last."""
+    mel = tf.cast(ref_mel, tf.float32)
+    speech = _speech_frames(mel, ref_lengths)[..., 0]
+    # the row each speech frame goes to (count: none), as a one-hot matrix [B, T, count]
+    rows = tf.where(speech > 0, tf.cast(tf.cumsum(speech, axis=1), tf.int32) - 1, count)
+    placement = tf.one_hot(rows, count, dtype=tf.float32)
+    frames = tf.matmul(placement, mel, transpose_a=True)
+    filled = tf.reduce_sum(placement, axis=1)[..., None] > 0
+    return tf.where(filled, frames, REFERENCE_FRAME_PAD)
+
+
 class SpeakerEncoder(keras.layers.Layer):
     """Reference mel → conditioning transformer → perceiver resampler → [B, L, d] latents.
 
@@ -125,7 +143,9 @@ class SpeakerEncoder(keras.layers.Layer):
     (XTTS v2 uses 32). Padded reference frames are masked out of every attention. With
     model.reference_spectrum one row follows them: the reference's `reference_spectrum` in its
     first n_mels values, zeros after; with model.reference_statistics or reference_spread one
-    more, its `reference_spread` laid out the same way (XTTSModel.split_latents takes them apart).
+    more, its `reference_spread` laid out the same way (XTTSModel.split_latents takes them apart);
+    with model.reference_matching REFERENCE_MATCHING_FRAMES more, its `reference_frames`
+    (XTTSModel.reference_frames).
     """
 
     def __init__(self, config: ModelConfig, n_mels: int, **kwargs):
@@ -136,6 +156,7 @@ class SpeakerEncoder(keras.layers.Layer):
         self.dropout = config.dropout
         self.with_spectrum = config.reference_spectrum
         self.with_spread = config.reference_statistics or config.reference_spread
+        self.with_frames = bool(config.reference_matching)
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.conditioning = _stack(config, config.conditioning_layers, 0, "conditioning")
         self.resampler = _stack(config, config.perceiver_layers, 1, "perceiver_resampler")
@@ -162,8 +183,10 @@ class SpeakerEncoder(keras.layers.Layer):
                                     seed=fold_seed(seed, 2), training=training)
         rows = [reference_spectrum] if self.with_spectrum else []
         rows += [reference_spread] if self.with_spread else []
+        rows = [row(ref_mel, ref_lengths)[:, None] for row in rows]
+        if self.with_frames:
+            rows.append(reference_frames(ref_mel, ref_lengths, REFERENCE_MATCHING_FRAMES))
         if not rows:
             return latents
-        rows = [tf.pad(row(ref_mel, ref_lengths), [[0, 0], [0, self.d_model - self.n_mels]])
-                for row in rows]
-        return tf.concat([latents, tf.cast(tf.stack(rows, axis=1), latents.dtype)], axis=1)
+        rows = tf.pad(tf.concat(rows, axis=1), [[0, 0], [0, 0], [0, self.d_model - self.n_mels]])
+        return tf.concat([latents, tf.cast(rows, latents.dtype)], axis=1)

@@ -39,7 +39,9 @@ Public API (docs/model.md has the diagram and the contracts):
         L = config.speaker_latent_rows: the perceiver's latents, and with model.reference_spectrum
         the reference's spectrum as one more row (`split_latents`); the decoder then reads and
         writes frames relative to that spectrum; with model.reference_statistics its spread
-        as one more, and the decode maps every written frame to both (`_mapped`)
+        as one more, and the decode maps every written frame to both (`_mapped`); with
+        model.reference_matching its first speech frames as REFERENCE_MATCHING_FRAMES more
+        (`reference_frames`), which every written speech frame moves toward (`_matched`)
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
         out["mel_lengths"] int32   [B]
@@ -75,12 +77,13 @@ from typing import Dict, NamedTuple, Optional
 import keras
 import tensorflow as tf
 
-from myxtts.config import ModelConfig
+from myxtts.config import (REFERENCE_MATCHING_FRAMES, REFERENCE_MATCHING_NEIGHBOURS,
+                           ModelConfig)
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
 from myxtts.models.durations import (TextMelAligner, TokenPredictor, frame_positions,
                                      monotonic_alignment, predicted_token_ends,
                                      step_reading_mask, token_durations, tokens_at)
-from myxtts.models.encoders import SpeakerEncoder, TextEncoder
+from myxtts.models.encoders import REFERENCE_FRAME_PAD, SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
                                   length_mask, modulate, norm_weights, slot_buffer,
@@ -139,6 +142,8 @@ class DecodeState(NamedTuple):
     statistics: tuple  # model.reference_statistics: float32 (the reference's spread [B, n],
     #   speech frames written [B, 1], their sum [B, n], their sum of squares [B, n])
     #   (`_mapped`); () without
+    matching: tuple  # model.reference_matching: (the reference's speech frames, float32
+    #   [B, REFERENCE_MATCHING_FRAMES, n],) (`_matched`); () without
 
     def to_tensors(self) -> Dict[str, tf.Tensor]:
         """The state as flat named tensors (SavedModel signature inputs and outputs): the
@@ -401,6 +406,37 @@ class XTTSModel(keras.Model):
                                   tf.float32)
         return latents[:, :self.config.num_speaker_latents], rows[0], rows[1]
 
+    def pooled_latents(self, latents) -> tf.Tensor:
+        """The speaker latents [K, L, d] of K references of one voice as one voice's [1, L, d]
+        (eager): the mean of every row, but with model.reference_matching the references'
+        frame rows are pooled, not averaged: their speech frames, evenly thinned to
+        REFERENCE_MATCHING_FRAMES when there are more."""
+        latents = tf.convert_to_tensor(latents, tf.float32)
+        mean = tf.reduce_mean(latents, axis=0, keepdims=True)
+        if not self.config.reference_matching:
+            return mean
+        first = latents.shape[1] - REFERENCE_MATCHING_FRAMES
+        rows = tf.reshape(latents[:, first:], [-1, latents.shape[-1]])
+        rows = tf.boolean_mask(rows, tf.reduce_mean(rows[:, :self.n_mels], axis=-1)
+                               > REFERENCE_FRAME_PAD / 2)
+        count = int(rows.shape[0])
+        if count > REFERENCE_MATCHING_FRAMES:
+            rows = tf.gather(rows, [i * count // REFERENCE_MATCHING_FRAMES
+                                    for i in range(REFERENCE_MATCHING_FRAMES)])
+        pad = tf.concat([tf.fill([1, self.n_mels], REFERENCE_FRAME_PAD),
+                         tf.zeros([1, latents.shape[-1] - self.n_mels])], axis=1)
+        rows = tf.concat([rows, tf.tile(pad, [REFERENCE_MATCHING_FRAMES - rows.shape[0], 1])],
+                         axis=0)
+        return tf.concat([mean[:, :first], rows[None]], axis=1)
+
+    def reference_frames(self, latents):
+        """float32 [B, REFERENCE_MATCHING_FRAMES, n_mels]: the reference speech frames the
+        speaker latents carry with model.reference_matching (`encoders.reference_frames`)."""
+        first = (self.config.num_speaker_latents + int(self.config.reference_spectrum)
+                 + int(self.config.reference_statistics or self.config.reference_spread))
+        return tf.cast(latents[:, first:first + REFERENCE_MATCHING_FRAMES, :self.n_mels],
+                       tf.float32)
+
     def _frame_scale(self, spread):
         """float32 [B, n_mels]: the unit frames are read and written in (model.reference_spread:
         the reference's spread, at least SPREAD_FLOOR), or None."""
@@ -457,6 +493,8 @@ class XTTSModel(keras.Model):
         tokens, token_lengths, language_ids, latents = self._guided_items(
             tokens, token_lengths, language_ids, latents)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
+        matching = ((self.reference_frames(latents),) if self.config.reference_matching
+                    else ())
         latents, spectrum, spread = self.split_latents(tf.cast(latents, self.compute_dtype))
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
         unit = self._frame_scale(spread)
@@ -493,7 +531,7 @@ class XTTSModel(keras.Model):
             limit=tf.clip_by_value(limit, 1, max_steps),
             norms=(() if self.decoder.voice_norms is None
                    else (self.decoder.norm_modulation(latents),)),
-            statistics=statistics)
+            statistics=statistics, matching=matching)
 
     def decode_steps(self, state: "DecodeState", steps, stop_threshold=None) -> "DecodeState":
         """Runs up to `steps` more decoder steps (fewer when every item has ended or the
@@ -534,7 +572,8 @@ class XTTSModel(keras.Model):
                 modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r,
+                             self.config.reference_matching)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
         if isinstance(steps, int) and in_static_context() and not in_xla_context():
@@ -611,15 +650,18 @@ class XTTSModel(keras.Model):
         return text_mask & window_mask(state.peaks, 1, ahead, tf.shape(text_mask)[-1])
 
     @staticmethod
-    def _record(state: "DecodeState", frames, stop, align, stop_logit: float,
-                r: int) -> "DecodeState":
+    def _record(state: "DecodeState", frames, stop, align, stop_logit: float, r: int,
+                matching: float) -> "DecodeState":
         """Stores step `state.step` (frames [B, r*n], stop logits [B, r], align [B, T_text];
-        with model.reference_statistics the frames as `_mapped`), applies the stopping rules
-        and advances the step."""
+        with model.reference_statistics the frames as `_mapped`, then with
+        model.reference_matching = `matching` as `_matched`), applies the stopping rules and
+        advances the step."""
         step = state.step
         if state.statistics:
             frames, statistics = _mapped(frames, state.offset, state.statistics, state.done, r)
             state = state._replace(statistics=statistics)
+        if state.matching:
+            frames = _matched(frames, state.offset, state.matching[0], matching, r)
         over = stop > stop_logit
         stopped = tf.reduce_any(over, axis=-1)
         first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
@@ -665,7 +707,8 @@ class XTTSModel(keras.Model):
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r,
+                             self.config.reference_matching)
             if aligned is None:
                 inputs = tf.concat([inputs, frames[:, None]], axis=1)
             return s, inputs, windows
@@ -741,6 +784,30 @@ def _mapped(frames, offset, statistics, done, r: int):
                              1.0 / STATISTICS_MAX_SCALE, STATISTICS_MAX_SCALE)
     mapped = spectrum[:, None] + (x - mean[:, None]) * scale[:, None]
     return tf.reshape(mapped, tf.shape(frames)), (spread, count, sums, squares)
+
+
+def _matched(frames, offset, reference, share: float, r: int):
+    """One step's written frames [B, r*n] (log10 mel, before the postnet), each speech frame
+    (as `_mapped` tells them) moved `share` of the way toward the mean of its
+    REFERENCE_MATCHING_NEIGHBOURS nearest (Euclidean) frames of `reference` [B, F, n] (the
+    reference's speech frames, REFERENCE_FRAME_PAD rows past them; a reference with fewer
+    frames leaves its item's frames as they are). A frame depends on no other, so the streamed
+    decode matches it as the whole decode does."""
+    n = reference.shape[-1]
+    k = REFERENCE_MATCHING_NEIGHBOURS
+    x = tf.reshape(frames, [-1, r, n])
+    real = tf.reduce_mean(reference, axis=-1) > REFERENCE_FRAME_PAD / 2  # [B, F]
+    distances = (tf.reduce_sum(tf.square(x), axis=-1, keepdims=True)
+                 - 2.0 * tf.matmul(x, reference, transpose_b=True)
+                 + tf.reduce_sum(tf.square(reference), axis=-1)[:, None])  # [B, r, F]
+    distances = tf.where(real[:, None], distances, tf.float32.max)
+    _, nearest = tf.math.top_k(-distances, k)  # [B, r, k]
+    target = tf.reduce_mean(tf.gather(reference, nearest, batch_dims=1), axis=2)
+    floor = tf.reduce_mean(offset[:, :n], axis=-1)[:, None, None] - STATISTICS_SPEECH_RANGE
+    enough = tf.reduce_sum(tf.cast(real, tf.int32), axis=-1) >= k
+    move = (tf.reduce_mean(x, axis=-1, keepdims=True) >= floor) & enough[:, None, None]
+    moved = tf.where(move, x + share * (target - x), x)
+    return tf.reshape(moved, tf.shape(frames))
 
 
 def _token_lengths(state: DecodeState) -> tf.Tensor:
