@@ -206,28 +206,37 @@ class ReferenceSpectrumSignaturesTest(unittest.TestCase):
         np.testing.assert_allclose(state["frames"], own.frames, atol=1e-4)
 
 
+def _assert_served_decode_is_the_models(test, overrides, extra_rows: int, state_key: str):
+    """A model with `overrides` serves latents of num_speaker_latents + `extra_rows` rows, a
+    state holding `state_key`, and the model's own mel and frames through synthesize_tokens and
+    through decode_steps driven 2 steps a call; returns (model, its whole decode's state, the
+    latents, the token inputs)."""
+    config, model, module = _served(overrides)
+    signatures = module.signatures()
+    latents, tokens = _latents_and_tokens(config, signatures)
+    test.assertEqual(latents.shape, (1, config.model.num_speaker_latents + extra_rows,
+                                     config.model.d_model))
+    served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
+    own = model.generate(*tokens.values(), latents, max_steps=6)
+    np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
+    state = signatures["decode_start"](speaker_latents=latents, **tokens)
+    test.assertIn(state_key, state)
+    for _ in range(3):
+        state = signatures["decode_steps"](steps=tf.constant(2), **state)
+    whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
+    np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
+    return model, whole, latents, tokens
+
+
 class ReferenceStatisticsSignaturesTest(unittest.TestCase):
     """A model.reference_statistics model serves its spread row, and its mapped decode, through
     the signatures: the whole decode and the decode driven a few steps a call (as a streaming
     client drives it) give the model's own frames."""
 
     def test_the_served_decode_maps_the_frames_as_the_model_does(self):
-        config, model, module = _served({"model.reference_spectrum": True,
-                                         "model.reference_statistics": True,
-                                         "model.d_model": 48})
-        signatures = module.signatures()
-        latents, tokens = _latents_and_tokens(config, signatures)
-        self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 2,
-                                         config.model.d_model))
-        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
-        own = model.generate(*tokens.values(), latents, max_steps=6)
-        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
-        state = signatures["decode_start"](speaker_latents=latents, **tokens)
-        self.assertIn("statistics_3", state)
-        for _ in range(3):
-            state = signatures["decode_steps"](steps=tf.constant(2), **state)
-        whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
-        np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
+        model, whole, latents, tokens = _assert_served_decode_is_the_models(
+            self, {"model.reference_spectrum": True, "model.reference_statistics": True,
+                   "model.d_model": 48}, 2, "statistics_3")
         unmapped = _served({"model.reference_spectrum": True, "model.d_model": 48})[1]
         unmapped.set_weights(model.get_weights())
         plain = unmapped.decode_steps(unmapped.start_decode(*tokens.values(), latents[:, :-1],
@@ -242,22 +251,9 @@ class ReferenceMatchingSignaturesTest(unittest.TestCase):
 
     def test_the_served_decode_matches_the_frames_as_the_model_does(self):
         from myxtts.config import REFERENCE_MATCHING_FRAMES
-        config, model, module = _served({"model.reference_spectrum": True,
-                                         "model.reference_matching": 0.5,
-                                         "model.d_model": 48})
-        signatures = module.signatures()
-        latents, tokens = _latents_and_tokens(config, signatures)
-        self.assertEqual(latents.shape, (1, config.model.num_speaker_latents + 1
-                                         + REFERENCE_MATCHING_FRAMES, config.model.d_model))
-        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
-        own = model.generate(*tokens.values(), latents, max_steps=6)
-        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
-        state = signatures["decode_start"](speaker_latents=latents, **tokens)
-        self.assertIn("matching_0", state)
-        for _ in range(3):
-            state = signatures["decode_steps"](steps=tf.constant(2), **state)
-        whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
-        np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
+        _assert_served_decode_is_the_models(
+            self, {"model.reference_spectrum": True, "model.reference_matching": 0.5,
+                   "model.d_model": 48}, 1 + REFERENCE_MATCHING_FRAMES, "matching_0")
 
 
 class VoiceGuidanceSignaturesTest(unittest.TestCase):

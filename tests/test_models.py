@@ -258,13 +258,53 @@ class ReferenceSpectrumTest(unittest.TestCase):
         self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
-def _reference_row_model(cls, **setting) -> None:
+def _assert_decodes_agree(test, model, b, latents) -> None:
+    """The cached decode, the full recompute and the decode driven 3 steps a call give the
+    same mel."""
+    args = (b["tokens"], b["token_lengths"], b["language_ids"], latents)
+    cached = model.generate(*args, max_steps=16, stop_threshold=0.99999)
+    full = model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
+    test.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
+    state = model.start_decode(*args, max_steps=16)
+    while not bool(tf.reduce_all(state.done)):
+        state = model.decode_steps(state, 3, 0.99999)
+    test.assertLessEqual(_max_diff(model.decoded(state)["mel"], cached["mel"]), 1e-5)
+
+
+def _added_rows(test, count: int):
+    """Checks that `test.latents` are the plain model's latents and `count` rows more, zeros
+    past their first n_mels values; returns those rows' first n_mels values [B, count, n] and
+    each reference's speech frames (within SPEECH_FRAME_RANGE of its loudest)."""
+    from myxtts.models.encoders import SPEECH_FRAME_RANGE
+    m = test.config.model
+    latents = test.latents.numpy()
+    test.assertEqual(latents.shape, (2, m.num_speaker_latents + 1 + count, m.d_model))
+    np.testing.assert_allclose(latents[:, :-count],
+                               test.plain.speaker_latents(test.batch["ref_mel"],
+                                                          test.batch["ref_lengths"]), atol=1e-6)
+    test.assertEqual(float(np.abs(latents[:, -count:, test.n:]).max(initial=0.0)), 0.0)
+    speech = []
+    for i, length in enumerate(test.batch["ref_lengths"].numpy()):
+        mel = test.batch["ref_mel"].numpy()[i, :length]
+        level = mel.mean(-1)
+        speech.append(mel[level >= level.max() - SPEECH_FRAME_RANGE])
+    return latents[:, -count:, :test.n], speech
+
+
+def _reference_row_model(cls, plain=False, **setting) -> None:
     """A test class's tiny reference_spectrum model with one more reference-row `setting`, its
-    batch of two items and their speaker latents (cls.config, model, n, r, batch, latents)."""
+    batch of two items and their speaker latents (cls.config, model, n, r, batch, latents);
+    with `plain` also the model without the setting, with the same weights (cls.plain_config,
+    plain)."""
     tf.random.set_seed(0)
     cls.config = tiny_config(reference_spectrum=True, decode_attention_window=0, d_model=48,
                              **setting)
     cls.model = tiny_model(cls.config)
+    if plain:
+        cls.plain_config = tiny_config(reference_spectrum=True, decode_attention_window=0,
+                                       d_model=48)
+        cls.plain = tiny_model(cls.plain_config)
+        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
     cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
     cls.batch = random_batch(cls.config, token_lengths=(7, 5))
     cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"], cls.batch["ref_lengths"])
@@ -317,26 +357,12 @@ class ReferenceStatisticsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        _reference_row_model(cls, reference_statistics=True)
-        cls.plain = tiny_model(tiny_config(reference_spectrum=True, decode_attention_window=0,
-                                           d_model=48))
-        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
+        _reference_row_model(cls, plain=True, reference_statistics=True)
 
     def test_the_spread_travels_after_the_spectrum(self):
-        from myxtts.models.encoders import SPEECH_FRAME_RANGE
-        m = self.config.model
-        latents = self.latents.numpy()
-        self.assertEqual(latents.shape, (2, m.num_speaker_latents + 2, m.d_model))
-        np.testing.assert_allclose(latents[:, :-1],
-                                   self.plain.speaker_latents(self.batch["ref_mel"],
-                                                              self.batch["ref_lengths"]),
-                                   atol=1e-6)
-        for i, length in enumerate(self.batch["ref_lengths"].numpy()):
-            mel = self.batch["ref_mel"].numpy()[i, :length]
-            level = mel.mean(-1)
-            speech = mel[level >= level.max() - SPEECH_FRAME_RANGE]
-            np.testing.assert_allclose(latents[i, -1, :self.n], speech.std(0), atol=1e-5)
-        self.assertEqual(float(np.abs(latents[:, -1, self.n:]).max(initial=0.0)), 0.0)
+        rows, speech = _added_rows(self, 1)
+        for i, frames in enumerate(speech):
+            np.testing.assert_allclose(rows[i, 0], frames.std(0), atol=1e-5)
 
     def test_frames_are_mapped_to_the_references_mean_and_spread(self):
         """Frames that stray 0.2 around their own mean, for a reference whose spectrum is
@@ -390,15 +416,7 @@ class ReferenceStatisticsTest(unittest.TestCase):
         self.assertLess(errors["mapped"], 0.8 * errors["plain"])
 
     def test_the_cache_the_recompute_and_a_chunked_decode_agree(self):
-        b = self.batch
-        args = (b["tokens"], b["token_lengths"], b["language_ids"], self.latents)
-        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
-        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
-        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
-        state = self.model.start_decode(*args, max_steps=16)
-        while not bool(tf.reduce_all(state.done)):
-            state = self.model.decode_steps(state, 3, 0.99999)
-        self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"], cached["mel"]), 1e-5)
+        _assert_decodes_agree(self, self.model, self.batch, self.latents)
 
 
 class ReferenceMatchingTest(unittest.TestCase):
@@ -408,29 +426,15 @@ class ReferenceMatchingTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        _reference_row_model(cls, reference_matching=0.5)
-        cls.plain = tiny_model(tiny_config(reference_spectrum=True, decode_attention_window=0,
-                                           d_model=48))
-        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
+        _reference_row_model(cls, plain=True, reference_matching=0.5)
 
     def test_the_speech_frames_travel_after_the_spectrum(self):
-        from myxtts.config import REFERENCE_MATCHING_FRAMES as F
-        from myxtts.models.encoders import REFERENCE_FRAME_PAD, SPEECH_FRAME_RANGE
-        m = self.config.model
-        latents = self.latents.numpy()
-        self.assertEqual(latents.shape, (2, m.num_speaker_latents + 1 + F, m.d_model))
-        np.testing.assert_allclose(latents[:, :-F],
-                                   self.plain.speaker_latents(self.batch["ref_mel"],
-                                                              self.batch["ref_lengths"]),
-                                   atol=1e-6)
-        for i, length in enumerate(self.batch["ref_lengths"].numpy()):
-            mel = self.batch["ref_mel"].numpy()[i, :length]
-            level = mel.mean(-1)
-            speech = mel[level >= level.max() - SPEECH_FRAME_RANGE]
-            rows = latents[i, -F:, :self.n]
-            np.testing.assert_allclose(rows[:len(speech)], speech, atol=1e-6)
-            self.assertTrue(np.all(rows[len(speech):] == REFERENCE_FRAME_PAD))
-        self.assertEqual(float(np.abs(latents[:, -F:, self.n:]).max(initial=0.0)), 0.0)
+        from myxtts.config import REFERENCE_MATCHING_FRAMES
+        from myxtts.models.encoders import REFERENCE_FRAME_PAD
+        rows, speech = _added_rows(self, REFERENCE_MATCHING_FRAMES)
+        for i, frames in enumerate(speech):
+            np.testing.assert_allclose(rows[i, :len(frames)], frames, atol=1e-6)
+            self.assertTrue(np.all(rows[i, len(frames):] == REFERENCE_FRAME_PAD))
 
     def test_a_speech_frame_moves_toward_the_mean_of_its_nearest_reference_frames(self):
         from myxtts.config import REFERENCE_MATCHING_FRAMES as F
@@ -479,24 +483,14 @@ class ReferenceMatchingTest(unittest.TestCase):
         self.assertLess(distances["matched"], 0.8 * distances["plain"])
 
     def test_the_cache_the_recompute_and_a_chunked_decode_agree(self):
-        b = self.batch
-        args = (b["tokens"], b["token_lengths"], b["language_ids"], self.latents)
-        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
-        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
-        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
-        state = self.model.start_decode(*args, max_steps=16)
-        while not bool(tf.reduce_all(state.done)):
-            state = self.model.decode_steps(state, 3, 0.99999)
-        self.assertLessEqual(_max_diff(self.model.decoded(state)["mel"], cached["mel"]), 1e-5)
+        _assert_decodes_agree(self, self.model, self.batch, self.latents)
 
     def test_a_voice_with_the_frame_rows_is_another_models_voice(self):
         """Voice files hold the frame rows: a model decoding without them refuses such a voice
         (and the reverse), by the conditioning fingerprint, though no weight differs."""
         from myxtts.inference.voices import conditioning_fingerprint
-        plain_config = tiny_config(reference_spectrum=True, decode_attention_window=0,
-                                   d_model=48)
         self.assertNotEqual(conditioning_fingerprint(self.model, self.config),
-                            conditioning_fingerprint(self.plain, plain_config))
+                            conditioning_fingerprint(self.plain, self.plain_config))
 
     def test_several_references_pool_their_frames(self):
         from myxtts.config import REFERENCE_MATCHING_FRAMES as F
