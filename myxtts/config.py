@@ -176,9 +176,9 @@ class ModelConfig:
                                            "spread travels as one more latent row; nothing "
                                            "is trained, so any reference_spectrum run can "
                                            "decode with it (--reference-statistics).")
-    reference_matching: float = _f(0.0, "Decoding (needs reference_spectrum): each written "
-                                        "speech frame moves this share of the way (0 = off, "
-                                        "e.g. 0.5) toward the mean of its "
+    reference_matching: float = _f(0.0, "Decoding (needs reference_spectrum): each speech "
+                                        "frame of the postnet's output moves this share of "
+                                        "the way (0 = off, e.g. 0.5) toward the mean of its "
                                         f"{REFERENCE_MATCHING_NEIGHBOURS} nearest speech frames "
                                         "of the reference (kNN-VC's frame matching, in log "
                                         "mel), so the output is made of the reference voice's "

@@ -210,7 +210,7 @@ def _assert_served_decode_is_the_models(test, overrides, extra_rows: int, state_
     """A model with `overrides` serves latents of num_speaker_latents + `extra_rows` rows, a
     state holding `state_key`, and the model's own mel and frames through synthesize_tokens and
     through decode_steps driven 2 steps a call; returns (model, its whole decode's state, the
-    latents, the token inputs)."""
+    latents, the token inputs, the signatures)."""
     config, model, module = _served(overrides)
     signatures = module.signatures()
     latents, tokens = _latents_and_tokens(config, signatures)
@@ -225,7 +225,7 @@ def _assert_served_decode_is_the_models(test, overrides, extra_rows: int, state_
         state = signatures["decode_steps"](steps=tf.constant(2), **state)
     whole = model.decode_steps(model.start_decode(*tokens.values(), latents, 6), 6)
     np.testing.assert_allclose(state["frames"], whole.frames, atol=1e-4)
-    return model, whole, latents, tokens
+    return model, whole, latents, tokens, signatures
 
 
 class ReferenceStatisticsSignaturesTest(unittest.TestCase):
@@ -234,7 +234,7 @@ class ReferenceStatisticsSignaturesTest(unittest.TestCase):
     client drives it) give the model's own frames."""
 
     def test_the_served_decode_maps_the_frames_as_the_model_does(self):
-        model, whole, latents, tokens = _assert_served_decode_is_the_models(
+        model, whole, latents, tokens, _ = _assert_served_decode_is_the_models(
             self, {"model.reference_spectrum": True, "model.reference_statistics": True,
                    "model.d_model": 48}, 2, "statistics_3")
         unmapped = _served({"model.reference_spectrum": True, "model.d_model": 48})[1]
@@ -249,11 +249,22 @@ class ReferenceMatchingSignaturesTest(unittest.TestCase):
     the signatures: the whole decode and the decode driven a few steps a call give the model's
     own frames."""
 
-    def test_the_served_decode_matches_the_frames_as_the_model_does(self):
+    def test_the_served_postnet_matches_the_frames_as_the_model_does(self):
         from myxtts.config import REFERENCE_MATCHING_FRAMES
-        _assert_served_decode_is_the_models(
+        model, whole, latents, _, signatures = _assert_served_decode_is_the_models(
             self, {"model.reference_spectrum": True, "model.reference_matching": 0.5,
                    "model.d_model": 48}, 1 + REFERENCE_MATCHING_FRAMES, "matching_0")
+        self.assertEqual(sorted(spec.name for spec in tf.nest.flatten(
+            signatures["postnet_window"].structured_input_signature)),
+            ["mel_before", "speaker_latents"])
+        frames = int(whole.step) * model.reduction_factor
+        mel_before = tf.reshape(tf.transpose(whole.frames, [1, 0, 2]),
+                                [1, -1, model.n_mels])[:, :frames]
+        served = signatures["postnet_window"](mel_before=mel_before, speaker_latents=latents)
+        np.testing.assert_allclose(served["mel"], model.decoded(whole)["mel"][:, :frames],
+                                   atol=1e-4)
+        unmatched = model.postnet(mel_before, tf.ones([1, frames], tf.bool))
+        self.assertGreater(float(tf.reduce_max(tf.abs(served["mel"] - unmatched))), 1e-2)
 
 
 class VoiceGuidanceSignaturesTest(unittest.TestCase):

@@ -441,46 +441,81 @@ class ReferenceMatchingTest(unittest.TestCase):
         from myxtts.models import xtts
         from myxtts.models.encoders import REFERENCE_FRAME_PAD
         rng = np.random.default_rng(0)
-        n, r = self.n, self.r
+        n, t = self.n, 5
         reference = np.full((3, F, n), REFERENCE_FRAME_PAD, np.float32)
         reference[:2, :40] = rng.normal(-1.5, 0.5, (2, 40, n))
         reference[2, :3] = rng.normal(-1.5, 0.5, (3, n))  # fewer frames than neighbours
-        frames = rng.normal(-1.5, 0.5, (3, r, n)).astype(np.float32)
-        frames[0, 0] = -6.0  # a pause
-        offset = np.full((3, r * n), -1.5, np.float32)
+        mel = rng.normal(-1.5, 0.5, (3, t, n)).astype(np.float32)
+        mel[0, 0] = -6.0  # a pause
+        spectrum = np.full((3, n), -1.5, np.float32)
+        valid = np.ones((3, t), bool)
+        valid[1, -1] = False  # past the item's length
         for share in (0.5, 1.0):
-            out = xtts._matched(tf.constant(frames.reshape(3, r * n)), tf.constant(offset),
-                                tf.constant(reference), share, r).numpy().reshape(3, r, n)
+            out = xtts._matched(tf.constant(mel), tf.constant(spectrum), tf.constant(reference),
+                                share, tf.constant(valid)).numpy()
             for i in range(2):
-                for j in range(r):
-                    if i == 0 and j == 0:
-                        np.testing.assert_array_equal(out[i, j], frames[i, j])
+                for j in range(t):
+                    if (i, j) in ((0, 0), (1, t - 1)):
+                        np.testing.assert_array_equal(out[i, j], mel[i, j])
                         continue
-                    distances = ((reference[i, :40] - frames[i, j]) ** 2).sum(-1)
+                    distances = ((reference[i, :40] - mel[i, j]) ** 2).sum(-1)
                     target = reference[i, np.argsort(distances)[:4]].mean(0)
-                    np.testing.assert_allclose(out[i, j], frames[i, j]
-                                               + share * (target - frames[i, j]), atol=1e-4)
-            np.testing.assert_array_equal(out[2], frames[2])
+                    np.testing.assert_allclose(out[i, j], mel[i, j]
+                                               + share * (target - mel[i, j]), atol=1e-4)
+            np.testing.assert_array_equal(out[2], mel[2])
 
-    def test_decoded_frames_lie_nearer_the_reference_frames(self):
+    def test_the_postnets_output_is_matched_and_the_decode_is_the_plain_ones(self):
+        """The matching acts on the postnet's output only: the decoded frames are the plain
+        model's, and the mel is the plain mel matched, its speech frames nearer the
+        reference's frames."""
         from myxtts.config import REFERENCE_MATCHING_FRAMES as F
+        from myxtts.models.layers import length_mask
         b = self.batch
-        steps = 12
-        distances = {}
-        for name, model, latents in (("plain", self.plain, self.latents[:, :-F]),
-                                     ("matched", self.model, self.latents)):
-            state = model.decode_steps(
-                model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"], latents,
-                                   steps), steps, 0.99999)
-            frames = tf.transpose(state.frames, [1, 0, 2]).numpy().reshape(2, -1, self.n)
-            nearest = []
-            for i, length in enumerate(state.lengths.numpy()):
+        text = (b["tokens"], b["token_lengths"], b["language_ids"])
+        matched = self.model.generate(*text, self.latents, max_steps=40, stop_threshold=0.99999)
+        plain = self.plain.generate(*text, self.latents[:, :-F], max_steps=40,
+                                    stop_threshold=0.99999)
+        lengths = matched["mel_lengths"]
+        np.testing.assert_array_equal(lengths, plain["mel_lengths"])
+        expected = self.model.reference_matched(
+            plain["mel"], self.latents, length_mask(lengths, tf.shape(plain["mel"])[1]))
+        np.testing.assert_allclose(matched["mel"], expected, atol=1e-5)
+        nearest = {}
+        for name, mel in (("plain", plain["mel"]), ("matched", matched["mel"])):
+            distances = []
+            for i, length in enumerate(lengths.numpy()):
                 reference = self.latents.numpy()[i, -F:, :self.n]
                 reference = reference[reference.mean(-1) > -50]
-                d = ((frames[i, :length, None] - reference[None]) ** 2).sum(-1)
-                nearest.append(np.sqrt(d.min(-1)).mean())
-            distances[name] = np.mean(nearest)
-        self.assertLess(distances["matched"], 0.8 * distances["plain"])
+                d = ((mel.numpy()[i, :length, None] - reference[None]) ** 2).sum(-1)
+                distances.append(np.sqrt(d.min(-1)).mean())
+            nearest[name] = np.mean(distances)
+        self.assertLess(nearest["matched"], 0.8 * nearest["plain"])
+        self.assertLess(int(lengths[1]), matched["mel"].shape[1])
+        for i, length in enumerate(lengths.numpy()):  # past an item's length: zeros
+            self.assertEqual(float(np.abs(matched["mel"][i, length:]).max(initial=0.0)), 0.0)
+
+    def test_the_streamed_decode_matches_its_windows_as_the_whole_decode(self):
+        """The streaming driver's postnet windows (ModelDecoder) give the whole decode's mel."""
+        from myxtts.inference.model_decoder import ModelDecoder
+        from myxtts.inference.streaming import decoded_chunks
+        b = self.batch
+        length = int(b["token_lengths"][0])
+        threshold = self.model.stop_threshold
+        self.model.stop_threshold = 0.99999  # the untrained stop head would stop at once
+        try:
+            whole = self.model.generate(b["tokens"][:1], b["token_lengths"][:1],
+                                        b["language_ids"][:1], self.latents[:1], max_steps=40)
+            decoder = ModelDecoder(self.model, 40, token_padding=1, jit_compile=False)
+            chunks = [mel for mel, _, _, _ in decoded_chunks(
+                decoder, b["tokens"][0, :length].numpy().tolist(), int(b["language_ids"][0]),
+                self.latents[:1], first_chunk_steps=2, chunk_steps=4) if mel is not None]
+        finally:
+            self.model.stop_threshold = threshold
+        self.assertGreater(len(chunks), 2)
+        streamed = np.concatenate(chunks)
+        frames = int(whole["mel_lengths"][0])
+        self.assertEqual(len(streamed), frames)
+        np.testing.assert_allclose(streamed, whole["mel"][0, :frames], atol=1e-4)
 
     def test_the_cache_the_recompute_and_a_chunked_decode_agree(self):
         _assert_decodes_agree(self, self.model, self.batch, self.latents)

@@ -357,8 +357,8 @@ def test_an_adapted_voice_file_is_spoken_with_its_postnet(folder):
         expected = synth.model.postnet(frames, np.ones([1, 30], bool)).numpy()
     finally:
         synth.use_weights(None)
-    np.testing.assert_allclose(model.decoder.postnet_batch(frames, 0, inputs[1]), expected,
-                               atol=1e-5)
+    np.testing.assert_allclose(model.decoder.postnet_batch(frames, 0, inputs[0][None],
+                                                          inputs[1]), expected, atol=1e-5)
     with ServerProcess(folder, "--voices-dir", "voices-adapted") as running:
         with httpx.Client(base_url=running.url, timeout=120) as c:
             assert [v["id"] for v in c.get("/v1/voices").json()["data"]] == ["adapted", "plain"]

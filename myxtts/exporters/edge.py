@@ -15,8 +15,10 @@ Writes export_dir/<next version>/ (myxtts.exporters.versions):
                           → the decode state (XTTSModel.DecodeState.to_tensors, S slots)
     decode_steps.*        the state → the state one decoder step later (no loop inside), less
                           the tensors no step changes
-    postnet.*             mel_before [1, W, n_mels], lengths [1] → mel (frames past lengths
-                          are masked, so a window padded to W gives the unpadded result)
+    postnet.*             mel_before [1, W, n_mels], lengths [1] (and speaker_latents with
+                          model.reference_matching) → mel (frames past lengths are masked,
+                          so a window padded to W gives the unpadded result; matched to the
+                          reference's frames as the whole decode's are)
     vocoder.*             mel [1, W, n_mels] → waveform [1, W * hop] (a neural vocoder only;
                           without one the runtime runs Griffin-Lim in numpy); vocoder_short.*
                           the same for W/2 frames
@@ -136,10 +138,13 @@ class EdgeGraphs:
                 "decode_start": start,
                 "decode_steps": tf.function(self.decode_steps, input_signature=[state])
                 .get_concrete_function(),
-                "postnet": tf.function(self.postnet, input_signature=[
-                    spec([1, self.window, n], tf.float32, "mel_before"),
-                    spec([1], tf.int32, "lengths")]).get_concrete_function(),
             }
+            postnet = [spec([1, self.window, n], tf.float32, "mel_before"),
+                       spec([1], tf.int32, "lengths")]
+            if self.model.config.reference_matching:
+                postnet.append(spec(self.latent_shape, tf.float32, "speaker_latents"))
+            functions["postnet"] = tf.function(
+                self.postnet, input_signature=postnet).get_concrete_function()
             if self.vocoder is not None:
                 # The vocoder is most of the work: a short window's part too, so a window that
                 # fits in it is not padded to W (a one-window sentence mostly does).
@@ -166,9 +171,12 @@ class EdgeGraphs:
                                         self.stop_threshold).to_tensors()
         return {name: value for name, value in after.items() if not constant_state(name)}
 
-    def postnet(self, mel_before, lengths):
+    def postnet(self, mel_before, lengths, speaker_latents=None):
         mask = tf.sequence_mask(lengths, tf.shape(mel_before)[1])
-        return {"mel": self.model.postnet(mel_before, mask)}
+        mel = self.model.postnet(mel_before, mask)
+        if speaker_latents is not None:
+            mel = self.model.reference_matched(mel, speaker_latents, mask)
+        return {"mel": mel}
 
     def vocode(self, mel):
         return {"waveform": self.vocoder.windows(mel)}
@@ -262,8 +270,9 @@ def _register_handlers() -> None:
 
 
 def _tensor_list(structure) -> List[dict]:
+    # None: an argument left at its default, no input (the postnet's speaker_latents)
     flat = structure.items() if isinstance(structure, dict) else \
-        ((s.name, s) for s in structure)
+        ((s.name, s) for s in structure if s is not None)
     return [{"name": name, "shape": [-1 if x is None else int(x) for x in spec.shape], "dtype": spec.dtype.name}
             for name, spec in sorted(flat)]
 

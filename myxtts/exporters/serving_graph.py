@@ -21,8 +21,10 @@ driver over these signatures), with the decode state as explicit tensors
 
   decode_start        tokens, token_lengths, language_ids, speaker_latents        → the state
   decode_steps        the state + steps [] int32 (up to that many more decoder steps) → the state
-  postnet_window      mel_before [B, T, n_mels] (decoded frames, all valid)       → mel
-  postnet_window_adapted  mel_before, postnet_weights [P] float32 (an adapted voice's postnet:
+  postnet_window      mel_before [B, T, n_mels] (decoded frames, all valid), and with
+                      model.reference_matching the decode's speaker_latents (the output is
+                      matched to the voice's frames, as the whole decode's)        → mel
+  postnet_window_adapted  the same + postnet_weights [P] float32 (an adapted voice's postnet:
                       its weights flattened and joined in model.postnet.trainable_variables'
                       order; myxtts.inference.voices)                              → mel
   vocode_window       mel [B, T, n_mels], first_frame [] int32 (where the window starts in its
@@ -162,17 +164,24 @@ class ServingModule(tf.Module):
         return self.model.decode_steps(DecodeState.from_tensors(state), steps,
                                        self.stop_threshold).to_tensors()
 
-    def postnet_window(self, mel_before):
-        return {"mel": self.model.postnet(mel_before, tf.ones(tf.shape(mel_before)[:2], tf.bool))}
+    def postnet_window(self, mel_before, speaker_latents=None):
+        mel = self.model.postnet(mel_before, tf.ones(tf.shape(mel_before)[:2], tf.bool))
+        return {"mel": self._matched(mel, speaker_latents)}
 
-    def postnet_window_adapted(self, mel_before, postnet_weights):
+    def postnet_window_adapted(self, mel_before, postnet_weights, speaker_latents=None):
         postnet = self.model.postnet
         shapes = [v.shape for v in postnet.trainable_variables]
         weights = [tf.reshape(w, shape) for w, shape in
                    zip(tf.split(postnet_weights, [s.num_elements() for s in shapes]), shapes)]
         mel, _ = postnet.stateless_call(weights, [], mel_before,
                                         tf.ones(tf.shape(mel_before)[:2], tf.bool))
-        return {"mel": mel}
+        return {"mel": self._matched(mel, speaker_latents)}
+
+    def _matched(self, mel, speaker_latents):
+        """A postnet window's output as the whole decode outputs it."""
+        if speaker_latents is None:
+            return mel
+        return self.model.reference_matched(mel, speaker_latents)
 
     def vocode_window(self, mel, first_frame):
         return {"waveform": self.vocoder.windows(mel, first_frame)}
@@ -190,13 +199,15 @@ class ServingModule(tf.Module):
 
     # ---- signatures --------------------------------------------------------------------------
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+        # model.reference_matching: the postnet's windows are matched to the decode's voice
+        voice = ("speaker_latents",) if self.model_config.reference_matching else ()
         inputs = {
             "synthesize_tokens": ("tokens", "token_lengths", "language_ids", "speaker_latents"),
             "speaker_latents": ("reference_mel", "reference_lengths"),
             "reference_mel": ("audio", "audio_lengths"),
             "decode_start": ("tokens", "token_lengths", "language_ids", "speaker_latents"),
-            "postnet_window": ("mel_before",),
-            "postnet_window_adapted": ("mel_before", "postnet_weights"),
+            "postnet_window": ("mel_before",) + voice,
+            "postnet_window_adapted": ("mel_before", "postnet_weights") + voice,
             "vocode_window": ("mel", "first_frame"),
             "streaming_info": (),
         }

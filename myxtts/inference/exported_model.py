@@ -66,6 +66,9 @@ class ExportedDecoder:
         # exports from before adapted voices lack it (ExportedModel.speaks_adapted)
         self._postnet_adapted = signatures.get("postnet_window_adapted")
         self.adapts_postnet = self._postnet_adapted is not None
+        # model.reference_matching: the postnet's windows are matched to the decode's voice
+        self._postnet_reads_voice = "speaker_latents" in \
+            self._postnet.structured_input_signature[1]
         self.reduction_factor = info["reduction_factor"]
         self.n_mels = info["n_mels"]
         self.postnet_context = info["postnet_context"]
@@ -137,19 +140,23 @@ class ExportedDecoder:
                 tf.gather(value, rows, axis=self._batch_axes[name])
                 for name, value in state.items()}
 
-    def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
-        return self.postnet_batch(mel_before[None], first_frame)[0]
+    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
+        return self.postnet_batch(mel_before[None], first_frame,
+                                  latents=np.reshape(latents, (1,) + np.shape(latents)[-2:]))[0]
 
-    def postnet_batch(self, mel_before: np.ndarray, first_frame: int = 0,
+    def postnet_batch(self, mel_before: np.ndarray, first_frame: int, latents: np.ndarray,
                       postnet_weights: Optional[np.ndarray] = None) -> np.ndarray:
-        """The postnet over windows [B, T, n_mels] of decoded frames, all valid; with
-        `postnet_weights` (ExportedModel.voice_inputs), an adapted voice's postnet."""
+        """The postnet over windows [B, T, n_mels] of decoded frames, all valid, of decodes
+        with the speaker latents [B, L, d]; with `postnet_weights` (ExportedModel.voice_inputs),
+        an adapted voice's postnet."""
         del first_frame  # the postnet does not depend on where a window starts
-        mel = tf.constant(mel_before, tf.float32)
+        inputs = {"mel_before": tf.constant(mel_before, tf.float32)}
+        if self._postnet_reads_voice:
+            inputs["speaker_latents"] = tf.constant(latents, tf.float32)
         if postnet_weights is None:
-            return self._postnet(mel_before=mel)["mel"].numpy()
+            return self._postnet(**inputs)["mel"].numpy()
         return self._postnet_adapted(
-            mel_before=mel, postnet_weights=tf.constant(postnet_weights, tf.float32))["mel"].numpy()
+            postnet_weights=tf.constant(postnet_weights, tf.float32), **inputs)["mel"].numpy()
 
 
 class ExportedVocoder:

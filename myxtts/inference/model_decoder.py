@@ -47,11 +47,16 @@ class ModelDecoder:
         """Decoded frames [first, last) before the postnet, [last - first, n_mels]."""
         return tf.reshape(state.frames[:, 0], [-1, self.n_mels])[first:last].numpy()
 
-    def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
-        del first_frame  # the postnet does not depend on where a window starts
-        return self._postnet(tf.constant(mel_before, tf.float32)).numpy()
+    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
+        """The postnet over a window of decoded frames [T, n_mels] of a decode with the
+        speaker latents [1, L, d], as the whole decode outputs it (matched to the reference
+        with model.reference_matching)."""
+        del first_frame  # neither depends on where a window starts
+        return self._postnet(tf.constant(mel_before, tf.float32),
+                             tf.convert_to_tensor(latents, tf.float32)).numpy()
 
-    def _postnet_window(self, mel_before):
+    def _postnet_window(self, mel_before, latents):
         """The postnet over decoded frames [T, n_mels], every one valid."""
         mask = tf.ones([1, tf.shape(mel_before)[0]], tf.bool)
-        return self.model.postnet(mel_before[None], mask)[0]
+        return self.model.reference_matched(self.model.postnet(mel_before[None], mask),
+                                            latents)[0]

@@ -137,7 +137,8 @@ def decoded_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: i
     """The decode a chunk at a time, through the postnet: (the mel frames that are final now
     (None: none yet), ended, frames so far (the item's length once ended), ended by the stop
     head), each chunk twice the steps of the one before, up to chunk_steps."""
-    postnet = WindowedStage(decoder.postnet, decoder.postnet_context)
+    postnet = WindowedStage(lambda mel, first: decoder.postnet(mel, first, latents),
+                            decoder.postnet_context)
     state = decoder.start(ids, language_id, latents)
     steps, taken = first_chunk_steps, 0
     while True:

@@ -65,6 +65,9 @@ class LiteDecoder:
         self._loop = resident_loop(parts["decode_steps"], manifest)
         self._resident: Optional[LiteDecode] = None
         self._postnet = parts["postnet"]
+        # model.reference_matching: the postnet part matches its output to the voice's frames
+        self._postnet_reads_voice = any(tensor["name"] == "speaker_latents"
+                                        for tensor in manifest["parts"]["postnet"]["inputs"])
         shapes, stream = manifest["shapes"], manifest["streaming"]
         self.text_positions = shapes["text_positions"]
         self.steps_per_call = shapes["steps_per_call"]
@@ -118,11 +121,15 @@ class LiteDecoder:
                 self._loop.value("frames")
             return buffer[:, 0].reshape(-1, self.n_mels)[first:last].copy()
 
-    def postnet(self, mel_before: np.ndarray, first_frame: int = 0) -> np.ndarray:
+    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
+        """The postnet part over a window of decoded frames of a decode with the speaker
+        latents [1, L, d]."""
         del first_frame  # the postnet does not depend on where a window starts
+        voice = ({"speaker_latents": np.asarray(latents, np.float32).reshape(
+            1, *np.shape(latents)[-2:])} if self._postnet_reads_voice else {})
         with self._lock:
             return run_padded(lambda mel, length: self._postnet(
-                mel_before=mel, lengths=np.array([length], np.int32))["mel"],
+                mel_before=mel, lengths=np.array([length], np.int32), **voice)["mel"],
                 mel_before, self.window, 0.0)
 
 
@@ -230,7 +237,8 @@ class LiteSynthesizer:
             done, frames, by_stop = decoder.progress(state)
             if done:
                 break
-        postnet = streaming.WindowedStage(decoder.postnet, decoder.postnet_context)
+        postnet = streaming.WindowedStage(
+            lambda mel, first: decoder.postnet(mel, first, latents), decoder.postnet_context)
         return windowed(postnet, decoder.frames(state, 0, frames), self.piece), by_stop
 
     def vocode(self, mel: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ Public API (docs/model.md has the diagram and the contracts):
         writes frames relative to that spectrum; with model.reference_statistics its spread
         as one more, and the decode maps every written frame to both (`_mapped`); with
         model.reference_matching its first speech frames as REFERENCE_MATCHING_FRAMES more
-        (`reference_frames`), which every written speech frame moves toward (`_matched`)
+        (`reference_frames`), which every speech frame of the postnet's output moves toward
+        (`reference_matched`)
     out = model.generate(tokens, token_lengths, language_ids, latents, max_steps=None)
         out["mel"]         float32 [B, max_steps * r, n_mels]  postnet output, 0 past mel_lengths
         out["mel_lengths"] int32   [B]
@@ -57,6 +58,7 @@ that wrap it in their own tf.function (the SavedModel exporter). Both drive one 
     state = model.decode_steps(state, n, stop_threshold)   # up to n more steps; repeatable
     out = model.decoded(state)                             # generate's outputs so far
     model.postnet.receptive_field                          # frames of context a chunk needs
+    model.reference_matched(mel, latents)                  # a postnet window's frames, matched
 
 A DecodeState holds the step, the KV caches, the frame and alignment buffers, which items are
 done and their lengths (every field a tensor), so a driver can run the decode a few steps at a
@@ -143,7 +145,8 @@ class DecodeState(NamedTuple):
     #   speech frames written [B, 1], their sum [B, n], their sum of squares [B, n])
     #   (`_mapped`); () without
     matching: tuple  # model.reference_matching: (the reference's speech frames, float32
-    #   [B, REFERENCE_MATCHING_FRAMES, n],) (`_matched`); () without
+    #   [B, REFERENCE_MATCHING_FRAMES, n],) (`decoded` matches the postnet's output to them);
+    #   () without
 
     def to_tensors(self) -> Dict[str, tf.Tensor]:
         """The state as flat named tensors (SavedModel signature inputs and outputs): the
@@ -429,6 +432,18 @@ class XTTSModel(keras.Model):
                          axis=0)
         return tf.concat([mean[:, :first], rows[None]], axis=1)
 
+    def reference_matched(self, mel, latents, valid=None):
+        """float32 [B, T, n_mels]: the postnet's output `mel` (of a decode with the speaker
+        latents [B, L, d]) as the decode outputs it: with model.reference_matching each speech
+        frame moved that share toward its nearest reference frames (`_matched`; frames where
+        `valid` [B, T] is False left alone), else as it is. Frame by frame, so a window of the
+        postnet's output matches as the whole mel does."""
+        if not self.config.reference_matching:
+            return mel
+        spectrum = self.split_latents(tf.cast(latents, self.compute_dtype))[1]
+        return _matched(mel, spectrum, self.reference_frames(latents),
+                        self.config.reference_matching, valid)
+
     def reference_frames(self, latents):
         """float32 [B, REFERENCE_MATCHING_FRAMES, n_mels]: the reference speech frames the
         speaker latents carry with model.reference_matching (`encoders.reference_frames`)."""
@@ -572,8 +587,7 @@ class XTTSModel(keras.Model):
                 modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r,
-                             self.config.reference_matching)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
         if isinstance(steps, int) and in_static_context() and not in_xla_context():
@@ -591,8 +605,9 @@ class XTTSModel(keras.Model):
 
     def decoded(self, state: "DecodeState") -> Dict[str, tf.Tensor]:
         """The decode's outputs from a state (the module docstring's `generate` outputs): the
-        postnet over the frames written so far; an item still running counts every frame
-        decoded so far (stopped False)."""
+        postnet over the frames written so far (with model.reference_matching, matched to
+        the reference's frames: `reference_matched`); an item still running counts every
+        frame decoded so far (stopped False)."""
         r, n = self.reduction_factor, self.n_mels
         capacity = state.frames.shape[0] or tf.shape(state.frames)[0]
         if self.config.voice_guidance > 0:
@@ -600,7 +615,12 @@ class XTTSModel(keras.Model):
         b = tf.shape(state.frames)[1]
         lengths = tf.where(state.done, state.lengths, state.step * r)
         mel_before = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), [b, capacity * r, n])
-        return {"mel": self._postnet_decoded(mel_before, lengths), "mel_lengths": lengths,
+        mel = self._postnet_decoded(mel_before, lengths)
+        if state.matching:
+            mel = _matched(mel, state.offset[:, :n], state.matching[0],
+                           self.config.reference_matching,
+                           length_mask(lengths, tf.shape(mel)[1]))
+        return {"mel": mel, "mel_lengths": lengths,
                 "alignments": tf.transpose(state.alignments, [1, 0, 2]),
                 "stopped": state.by_stop}
 
@@ -650,18 +670,15 @@ class XTTSModel(keras.Model):
         return text_mask & window_mask(state.peaks, 1, ahead, tf.shape(text_mask)[-1])
 
     @staticmethod
-    def _record(state: "DecodeState", frames, stop, align, stop_logit: float, r: int,
-                matching: float) -> "DecodeState":
+    def _record(state: "DecodeState", frames, stop, align, stop_logit: float,
+                r: int) -> "DecodeState":
         """Stores step `state.step` (frames [B, r*n], stop logits [B, r], align [B, T_text];
-        with model.reference_statistics the frames as `_mapped`, then with
-        model.reference_matching = `matching` as `_matched`), applies the stopping rules and
-        advances the step."""
+        with model.reference_statistics the frames as `_mapped`), applies the stopping rules
+        and advances the step."""
         step = state.step
         if state.statistics:
             frames, statistics = _mapped(frames, state.offset, state.statistics, state.done, r)
             state = state._replace(statistics=statistics)
-        if state.matching:
-            frames = _matched(frames, state.offset, state.matching[0], matching, r)
         over = stop > stop_logit
         stopped = tf.reduce_any(over, axis=-1)
         first = tf.argmax(tf.cast(over, tf.int32), axis=-1, output_type=tf.int32)
@@ -707,8 +724,7 @@ class XTTSModel(keras.Model):
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
             frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r,
-                             self.config.reference_matching)
+            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
             if aligned is None:
                 inputs = tf.concat([inputs, frames[:, None]], axis=1)
             return s, inputs, windows
@@ -786,28 +802,29 @@ def _mapped(frames, offset, statistics, done, r: int):
     return tf.reshape(mapped, tf.shape(frames)), (spread, count, sums, squares)
 
 
-def _matched(frames, offset, reference, share: float, r: int):
-    """One step's written frames [B, r*n] (log10 mel, before the postnet), each speech frame
-    (as `_mapped` tells them) moved `share` of the way toward the mean of its
+def _matched(mel, spectrum, reference, share: float, valid=None):
+    """The postnet's output mel [B, T, n] (log10), each speech frame (its mean at most
+    STATISTICS_SPEECH_RANGE below the reference spectrum's [B, n], as `_mapped` tells them)
+    where `valid` [B, T] (None: everywhere) moved `share` of the way toward the mean of its
     REFERENCE_MATCHING_NEIGHBOURS nearest (Euclidean) frames of `reference` [B, F, n] (the
     reference's speech frames, REFERENCE_FRAME_PAD rows past them; a reference with fewer
-    frames leaves its item's frames as they are). A frame depends on no other, so the streamed
-    decode matches it as the whole decode does."""
-    n = reference.shape[-1]
+    frames leaves its item's frames as they are). A frame depends on no other, so a window
+    matches as the whole mel does."""
     k = REFERENCE_MATCHING_NEIGHBOURS
-    x = tf.reshape(frames, [-1, r, n])
+    x = tf.cast(mel, tf.float32)
     real = tf.reduce_mean(reference, axis=-1) > REFERENCE_FRAME_PAD / 2  # [B, F]
     distances = (tf.reduce_sum(tf.square(x), axis=-1, keepdims=True)
                  - 2.0 * tf.matmul(x, reference, transpose_b=True)
-                 + tf.reduce_sum(tf.square(reference), axis=-1)[:, None])  # [B, r, F]
+                 + tf.reduce_sum(tf.square(reference), axis=-1)[:, None])  # [B, T, F]
     distances = tf.where(real[:, None], distances, tf.float32.max)
-    _, nearest = tf.math.top_k(-distances, k)  # [B, r, k]
+    _, nearest = tf.math.top_k(-distances, k)  # [B, T, k]
     target = tf.reduce_mean(tf.gather(reference, nearest, batch_dims=1), axis=2)
-    floor = tf.reduce_mean(offset[:, :n], axis=-1)[:, None, None] - STATISTICS_SPEECH_RANGE
+    floor = tf.reduce_mean(spectrum, axis=-1)[:, None, None] - STATISTICS_SPEECH_RANGE
     enough = tf.reduce_sum(tf.cast(real, tf.int32), axis=-1) >= k
     move = (tf.reduce_mean(x, axis=-1, keepdims=True) >= floor) & enough[:, None, None]
-    moved = tf.where(move, x + share * (target - x), x)
-    return tf.reshape(moved, tf.shape(frames))
+    if valid is not None:
+        move &= valid[:, :, None]
+    return tf.where(move, x + share * (target - x), x)
 
 
 def _token_lengths(state: DecodeState) -> tf.Tensor:
@@ -821,7 +838,8 @@ def _voiced_half(state: DecodeState) -> DecodeState:
     return state._replace(frames=_first_half(state.frames, 1),
                           alignments=_first_half(state.alignments, 1),
                           done=_first_half(state.done), lengths=_first_half(state.lengths),
-                          by_stop=_first_half(state.by_stop))
+                          by_stop=_first_half(state.by_stop), offset=_first_half(state.offset),
+                          matching=tuple(_first_half(m) for m in state.matching))
 
 
 def _twice(x: tf.Tensor) -> tf.Tensor:

@@ -103,7 +103,8 @@ class _Item:
         self.ids = job.sentences[index]
         self.arrived = time.monotonic()
         decoder, vocoder = model.decoder, model.vocoder
-        self.postnet = streaming.WindowedStage(decoder.postnet, decoder.postnet_context)
+        self.postnet = streaming.WindowedStage(
+            lambda mel, first: decoder.postnet(mel, first, job.latents), decoder.postnet_context)
         self.tempo = MelTempo(job.speed)
         self.vocode = streaming.WindowedStage(vocoder.window, vocoder.receptive_field,
                                               model.hop_length, streaming.CROSSFADE_SAMPLES)
@@ -112,8 +113,9 @@ class _Item:
 def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Optional[np.ndarray]],
                 finals: Sequence[bool], batch_function) -> List[Optional[np.ndarray]]:
     """WindowedStage.push of every stage with its frames, the windows of equal shape and first
-    frame run as one call of `batch_function(windows [B, T, ...], first_frame)`: the items
-    of a batch decode in step, so their windows mostly agree."""
+    frame run as one call of `batch_function(windows [B, T, ...], first_frame, members)`
+    (members: the indices of those windows' stages): the items of a batch decode in step, so
+    their windows mostly agree."""
     windows = [stage.take(f, final) for stage, f, final in zip(stages, frames, finals)]
     groups: Dict[tuple, List[int]] = {}
     for k, window in enumerate(windows):
@@ -121,7 +123,8 @@ def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Opti
             groups.setdefault((window[0].shape, window[1]), []).append(k)
     outputs: List[Optional[np.ndarray]] = [None] * len(stages)
     for (_, first_frame), members in groups.items():
-        results = batch_function(np.stack([windows[k][0] for k in members]), first_frame)
+        results = batch_function(np.stack([windows[k][0] for k in members]), first_frame,
+                                 members)
         for k, result in zip(members, results):
             outputs[k] = stages[k].give(result)
     return outputs
@@ -255,12 +258,13 @@ class SpeechEngine:
                 outputs = run_windows(
                     [items[k].postnet for k in members], [live[k][1] for k in members],
                     [finals[k] for k in members],
-                    lambda windows, first, postnet=postnet: decoder.postnet_batch(
-                        windows, first, postnet))
+                    lambda windows, first, rows, members=members, postnet=postnet:
+                    decoder.postnet_batch(windows, first, np.stack(
+                        [items[members[k]].job.latents for k in rows]), postnet))
                 for k, output in zip(members, outputs):
                     mels[k] = output
             mels = [item.tempo.push(mel, done) for item, mel, done in zip(items, mels, finals)]
             waveforms = run_windows([item.vocode for item in items], mels, finals,
-                                    vocoder.window_batch)
+                                    lambda windows, first, _: vocoder.window_batch(windows, first))
             for item, waveform, done in zip(items, waveforms, finals):
                 item.job.audio(item.index, waveform, done)
