@@ -11,6 +11,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from typing import Optional
 
 import numpy as np
 
@@ -40,14 +41,15 @@ def sample_tokenizer(cleaner: str) -> Tokenizer:
     return Tokenizer.build((clean_text(r.text, cleaner, r.language) for r in rows), cleaner)
 
 
-def make_checkpoint(checkpoint_dir: str, step: int = 1):
-    """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir`; returns (prefix,
-    the saved model weights). The weights are moved off their seeded initial values first, so a
-    loader that silently kept initial values would not match them."""
+def make_checkpoint(checkpoint_dir: str, step: int = 1, overrides: Optional[dict] = None):
+    """Writes ckpt-<step>, config.yaml and vocab.json into `checkpoint_dir` (the tiny
+    inference config with `overrides`, dotted keys); returns (prefix, the saved model weights).
+    The weights are moved off their seeded initial values first, so a loader that silently kept
+    initial values would not match them."""
     # pylint: disable=import-outside-toplevel
     import keras
     from myxtts.models.xtts import XTTSModel
-    config = tiny_inference_config(checkpoint_dir)
+    config = tiny_inference_config(checkpoint_dir).override(overrides or {}, source="test")
     tokenizer = sample_tokenizer(config.data.text_cleaners)
     keras.mixed_precision.set_global_policy("float32")
     model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),

@@ -296,3 +296,34 @@ def _edit_manifest(folder, change):
     change(manifest)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(manifest, f)
+
+
+def test_a_reference_matching_export_matches_in_its_postnet_part(tmp_path):
+    """model.reference_matching: the postnet part takes the speaker latents and matches its
+    windows' output as the checkpoint's whole decode does."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.config import REFERENCE_MATCHING_FRAMES
+    from myxtts.exporters.registry import exporter
+    from myxtts.inference.checkpoint_loading import load_checkpoint
+    from myxtts.inference.synthesizer import Synthesizer
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    checkpoint = str(tmp_path / "runs" / "matching")
+    make_checkpoint(checkpoint, overrides={"model.reference_spectrum": True, "model.d_model": 48,
+                                           "model.reference_matching": 0.5})
+    lite = LiteSynthesizer(exporter("tflite")(checkpoint, str(tmp_path / "models")).path)
+    assert "speaker_latents" in [tensor["name"] for tensor in
+                                 lite.manifest["parts"]["postnet"]["inputs"]]
+    synth = Synthesizer.from_checkpoint_dir(checkpoint)
+    latents = synth.speaker_latents(REFERENCE_AUDIO)
+    ids, language_id = synth.sentences(TEXTS[1], "en")[0], synth.language_id("en")
+    expected = synth.synthesize_detailed(ids, language_id, latents).mel
+    mel, _ = lite.decode(ids, language_id, latents.numpy())
+    assert abs(len(mel) - len(expected)) <= 2  # within one decode step (r = 2)
+    frames = min(len(mel), len(expected))
+    np.testing.assert_allclose(mel[:frames], expected[:frames], atol=1e-3)
+    # the same weights decoding without it: the same frames, another mel
+    plain = Synthesizer(load_checkpoint(checkpoint, decoding={"model.reference_matching": 0.0}))
+    unmatched = plain.synthesize_detailed(ids, language_id,
+                                          latents[:, :-REFERENCE_MATCHING_FRAMES]).mel
+    assert len(unmatched) == len(expected)
+    assert np.abs(unmatched - expected).max() > 1e-2
