@@ -154,9 +154,9 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                         "with model.reference_spectrum).")
     p.add_argument("--reference-matching", type=float, default=None, metavar="SHARE",
                    help="Move each speech frame of the output mel this share of the way (0-1, "
-                        "e.g. 0.5; 0 = off) toward its nearest frames of the reference (default: the "
-                        "run's model.reference_matching; needs a run trained with "
-                        "model.reference_spectrum).")
+                        "e.g. 0.5; 0 = off) toward its nearest frames of the reference "
+                        "(default: the run's model.reference_matching; needs a run trained "
+                        "with model.reference_spectrum).")
     p.add_argument("--griffin-lim-iters", type=int, default=32,
                    help="Griffin-Lim iterations (more = cleaner phase, slower); used without "
                         "--vocoder-dir.")
