@@ -22,7 +22,7 @@ sox pitch/tempo-shifted copies of them (flite first) until there are --voices. -
 speech from --books go to the training voices, each utterance to the voice with the least so
 far, into --out (rows id|text|text|speaker); --held-out-utterances texts from --held-out-books
 per voice go to <out>_unseen1, <out>_unseen2, ... --outside-sets N also writes the first N of
-five sets of voices from outside the inventory, each for judging a recipe once the sets
+six sets of voices from outside the inventory, each for judging a recipe once the sets
 before it have been looked at while choosing it (their texts follow the held-out sets', in this
 order): <out>_outside, festival's two English diphone voices (another synthesiser) and four
 espeak-ng variants the inventory leaves out; <out>_outside2, six more espeak-ng variants no
@@ -32,11 +32,16 @@ Finnish and Czech voices, a woman and a man each, reading the English texts by t
 languages' rules: recordings of real people (diphone synthesis) in accents no training voice has;
 <out>_outside5, five more of festival's: a Catalan woman and an American one (statistical
 parametric voices, another kind of synthesis), a Czech boy and man, a Russian man (festival's
-Hindi, Marathi and Telugu voices crash on English text).
+Hindi, Marathi and Telugu voices crash on English text); <out>_outside6, voices reading the
+English texts by English rules, for judging zero-shot reading as well as the voice: festival's
+three English voices moved by a sox pitch shift no training voice gets (kal up 400 cents, ked and
+slt down 400) and the three espeak-ng variants no other set uses that a speaker encoder
+(Resemblyzer) hears furthest from every training voice, passing over one nearer a variant picked
+before than the training voices' median nearest-neighbour similarity (announcer, m5, pedro).
 The festival sets need `apt-get install festival festvox-kallpc16k festvox-kdlpc16k` (outside)
 and `festvox-italp16k festvox-itapc16k festvox-suopuhe-lj festvox-suopuhe-mv festvox-czech-dita
 festvox-czech-ph` (outside4) and `festvox-ca-ona-hts festvox-us-slt-hts festvox-czech-krb
-festvox-czech-machac festvox-ru` (outside5). Every
+festvox-czech-machac festvox-ru` (outside5), and outside6 those of outside and slt. Every
 folder gets voices.tsv: each speaker, how it was made, its set and what it got. The same command
 writes the same texts and speakers; the samples match only with the same espeak-ng and sox builds.
 """
@@ -64,7 +69,7 @@ LOW_VARIANTS = ["Andy", "boris", "david", "ed", "edward", "Gene2", "Henrique", "
 ACCENTS = ["en", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-x-rp",
            "en-us", "en-us-nyc"]
 HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
-# --outside-sets: (engine, voice, variant, high) of voices no held-out set or training voice
+# --outside-sets: (engine, voice, variant, high[, cents]) of voices no held-out set or training voice
 # uses, set by set (module docstring). outside3's `grandma` is the one female variant left that is
 # no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2.
 OUTSIDE_SETS = [
@@ -83,12 +88,16 @@ OUTSIDE_SETS = [
     [("festival", "upc_ca_ona_hts", "", True), ("festival", "cmu_us_slt_arctic_hts", "", True),
      ("festival", "czech_krb", "", True), ("festival", "czech_machac", "", False),
      ("festival", "msu_ru_nsh_clunits", "", False)],
+    [("festival", "kal_diphone", "", False, 400), ("festival", "ked_diphone", "", False, -400),
+     ("festival", "cmu_us_slt_arctic_hts", "", True, -400), ("espeak", "en-us", "announcer", False),
+     ("espeak", "en-gb-x-rp", "m5", False), ("espeak", "en-gb-scotland", "pedro", False)],
 ]
 FESTIVAL_PACKAGES = [["festvox-kallpc16k", "festvox-kdlpc16k"], [], [],
                      ["festvox-italp16k", "festvox-itapc16k", "festvox-suopuhe-lj",
                       "festvox-suopuhe-mv", "festvox-czech-dita", "festvox-czech-ph"],
                      ["festvox-ca-ona-hts", "festvox-us-slt-hts", "festvox-czech-krb",
-                      "festvox-czech-machac", "festvox-ru"]]
+                      "festvox-czech-machac", "festvox-ru"],
+                     ["festvox-kallpc16k", "festvox-kdlpc16k", "festvox-us-slt-hts"]]
 SHIFT_CENTS = {True: -500, False: 600}  # high voices go down, low ones up
 SHIFT_TEMPI = [0.9, 1.1]
 

@@ -31,10 +31,12 @@ class ManyVoiceSetsTest(unittest.TestCase):
         inventory = {identity(v) for v in builder.inventory()}
         seen = set()
         for voices in builder.OUTSIDE_SETS:
-            ids = {identity(builder.Voice(*spec)) for spec in voices}
+            # a pitch-shifted voice is another voice than the voice it was made from
+            ids = {identity(builder.Voice(*spec)) + (builder.Voice(*spec).cents,)
+                   for spec in voices}
             self.assertEqual(len(ids), len(voices))
             self.assertIn(len(ids), (5, 6))
-            self.assertFalse(ids & inventory)
+            self.assertFalse({i[:2] for i in ids} & inventory)
             self.assertFalse(ids & seen)
             seen |= ids
 
