@@ -69,9 +69,9 @@ LOW_VARIANTS = ["Andy", "boris", "david", "ed", "edward", "Gene2", "Henrique", "
 ACCENTS = ["en", "en-029", "en-gb-scotland", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-gb-x-rp",
            "en-us", "en-us-nyc"]
 HELD_OUT_SLOTS = ["flite", "high", "low", "low", "high", "low"]
-# --outside-sets: (engine, voice, variant, high[, cents]) of voices no held-out set or training voice
-# uses, set by set (module docstring). outside3's `grandma` is the one female variant left that is
-# no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2.
+# --outside-sets: (engine, voice, variant, high[, cents]) of voices no held-out set or training
+# voice uses, set by set (module docstring). outside3's `grandma` is the one female variant left
+# that is no look-alike of a training voice: f5 ~ f2, steph and steph3 ~ steph2.
 OUTSIDE_SETS = [
     [("festival", "kal_diphone", "", False), ("festival", "ked_diphone", "", False),
      ("espeak", "en-gb-x-rp", "linda", True), ("espeak", "en-us", "f4", True),
