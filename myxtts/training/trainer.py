@@ -31,8 +31,8 @@ from myxtts.config import XTTSConfig
 from myxtts.data import audio_math
 from myxtts.data.audio import mel_pitch_combs
 from myxtts.errors import MyXTTSError
-from myxtts.evaluation.metrics import (alignment_measures, dtw_mcd_matrix, mel_cepstra,
-                                       text_match)
+from myxtts.evaluation.metrics import (alignment_measures, character_errors, dtw_mcd_matrix,
+                                       mel_cepstra, text_match, word_errors)
 from myxtts.run_directory import listed_checkpoints
 from myxtts.source_run import RESUME_CONFLICT, Source, locate_source
 from myxtts.inference.checkpoint_loading import resolve_checkpoint, restore_model
@@ -114,6 +114,7 @@ class XTTSTrainer(Trainer):
         self.tokenizer = tokenizer
         tc = config.training
         self._griffin_lim: Optional[GriffinLim] = None
+        self.recognizer = self._validation_recognizer(config)
 
         with self._model_scope():
             if model is None:
@@ -376,17 +377,38 @@ class XTTSTrainer(Trainer):
 
     @property
     def SCORE_NAME(self) -> str:  # pylint: disable=invalid-name
-        return ("text-match" if self.config.training.select_by == "text_match"
-                else "validation loss")
+        return {"text_match": "text-match", "wer": "free-running WER"}.get(
+            self.config.training.select_by, "validation loss")
+
+    @staticmethod
+    def _validation_recognizer(config: XTTSConfig):
+        """Whisper for training.select_by wer (a RecognizerUnavailableError, before any step,
+        when it cannot hear the run's languages), else None."""
+        if config.training.select_by != "wer":
+            return None
+        # pylint: disable=import-outside-toplevel  (the eval extra, only when it is used)
+        from myxtts.evaluation.recognizer import load_recognizer
+        recognizer, _ = load_recognizer("whisper", config.data.languages,
+                                        config.training.recognizer_model or None)
+        logger.info("Checkpoints are chosen by the word error rate %s hears in the "
+                    "free-running validation sentences (Griffin-Lim audio).", recognizer.name)
+        return recognizer
 
     def _selection_score(self, scalars: Dict[str, float]):
         """(score, measures): the number that ranks checkpoints, lower is better, and what
         model_info.json keeps of the best one. select_by objective: the step-independent
         objective (no guided-attention term, whose weight decays with the step). text_match:
         minus the text-match share plus 1e-4 x the mean own distance (capped below 50 dB, so it
-        only breaks ties: a share moves by 1/N >= 0.005 for N <= 200 sentences)."""
+        only breaks ties: a share moves by 1/N >= 0.005 for N <= 200 sentences). wer: the word
+        error rate plus 1e-3 x the character error rate (capped below 10, a tie-break: a rate
+        moves by at least 1/words)."""
         objective = scalars["loss/objective"]
-        if self.config.training.select_by != "text_match":
+        select_by = self.config.training.select_by
+        if select_by == "wer":
+            wer, cer = scalars["free_running/wer"], scalars["free_running/cer"]
+            return (wer + 1e-3 * min(cer, 9.99),
+                    [("WER", wer), ("CER", cer), ("validation loss", objective)])
+        if select_by != "text_match":
             return objective, [("validation loss", objective)]
         match, distance = scalars["free_running/text_match"], scalars["free_running/mcd_own"]
         return (-match + 1e-4 * min(distance, 49.9),
@@ -418,13 +440,36 @@ class XTTSTrainer(Trainer):
                 "measures": self._alignment_measures(batch, out["alignments"].numpy(), lengths),
                 "stopped": out["stopped"].numpy(),
                 "cepstra": [mel_cepstra(mel[i, :n]) for i, n in enumerate(lengths)],
-                "recorded_cepstra": [mel_cepstra(recorded[i, :n]) for i, n in enumerate(target)]}
+                "recorded_cepstra": [mel_cepstra(recorded[i, :n]) for i, n in enumerate(target)],
+                "errors": self._heard_errors(batch, mel, lengths)}
+
+    def _heard_errors(self, batch: Batch, mel: np.ndarray, lengths: np.ndarray) -> List[tuple]:
+        """(word errors, words, character errors, characters) of each free-running output, as
+        the recogniser hears its Griffin-Lim audio against the text its tokens spell ([]
+        without a recogniser)."""
+        if self.recognizer is None:
+            return []
+        if self._griffin_lim is None:
+            self._griffin_lim = GriffinLim.from_config(self.config.data)
+        tokens, token_lengths = batch["tokens"].numpy(), batch["token_lengths"].numpy()
+        languages = batch["language_ids"].numpy()
+        counts = []
+        for i, n in enumerate(lengths):
+            text = self.tokenizer.decode(tokens[i, : int(token_lengths[i])])
+            language = self.config.data.languages[int(languages[i])]
+            heard = self.recognizer.transcribe(self._griffin_lim(mel[i, :n]).numpy(),
+                                               self.config.data.sample_rate, language)
+            counts.append((*word_errors(text, heard, language),
+                           *character_errors(text, heard, language)))
+        return counts
 
     @staticmethod
     def _free_running_figures(generated: List[Dict]) -> Dict[str, float]:
         """Means over every free-running sentence: alignment measures, the share ended by the
         stop head (not the length cap), the generated/target length ratio and, for two or
-        more sentences, the text-match share and the mean DTW MCD to the own recording."""
+        more sentences, the text-match share and the mean DTW MCD to the own recording; with a
+        recogniser (select_by wer), the word and character error rates it heard (total errors
+        over total reference words / characters)."""
         figures = _mean_measures("free_running", [m for g in generated for m in g["measures"]])
         figures["free_running/ended_by_stop"] = float(np.mean(
             np.concatenate([g["stopped"] for g in generated])))
@@ -436,6 +481,11 @@ class XTTSTrainer(Trainer):
                                                  for c in g["recorded_cepstra"]])
             figures["free_running/text_match"] = float(np.mean(text_match(distances)))
             figures["free_running/mcd_own"] = float(np.mean(np.diag(distances)))
+        counts = np.array([c for g in generated for c in g["errors"]], np.float64)
+        if len(counts):
+            totals = counts.sum(axis=0)
+            figures["free_running/wer"] = float(totals[0] / max(totals[1], 1.0))
+            figures["free_running/cer"] = float(totals[2] / max(totals[3], 1.0))
         return figures
 
     def _examples(self, batch: Batch, mel_after, alignment, generated):
