@@ -43,6 +43,17 @@ def _config(directory, select_by, sentences=3, patience=0, ema_momentum=0.0):
     return config
 
 
+def _record(trainer, step, objective, **free_running):
+    """One validation's figures at `step` (the objective and free_running/<name> values),
+    ranked as the trainer ranks them; True when early stopping triggers."""
+    trainer.step.step.assign(step)
+    scalars = {"loss/objective": objective,
+               **{f"free_running/{name}": value for name, value in free_running.items()}}
+    score, measures = trainer._selection_score(scalars)
+    trainer._record_validation(score, objective, measures)
+    return trainer._after_validation(objective)
+
+
 class SelectionTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -61,13 +72,7 @@ class SelectionTest(unittest.TestCase):
                            model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
 
     def record(self, trainer, step, text_match, mcd, objective):
-        """One validation's figures at `step`, ranked as the trainer ranks them."""
-        trainer.step.step.assign(step)
-        scalars = {"loss/objective": objective, "free_running/text_match": text_match,
-                   "free_running/mcd_own": mcd}
-        score, measures = trainer._selection_score(scalars)
-        trainer._record_validation(score, objective, measures)
-        return trainer._after_validation(objective)
+        return _record(trainer, step, objective, text_match=text_match, mcd_own=mcd)
 
     def history(self, trainer):
         # step 10: reads half; step 20: lower objective but reads less; step 30: reads half,
@@ -181,12 +186,7 @@ class WerSelectionTest(unittest.TestCase):
                            model_device=PLAN.model_device, tokenizer=self.pipeline.tokenizer)
 
     def record(self, trainer, step, wer, cer, objective):
-        trainer.step.step.assign(step)
-        scalars = {"loss/objective": objective, "free_running/wer": wer,
-                   "free_running/cer": cer}
-        score, measures = trainer._selection_score(scalars)
-        trainer._record_validation(score, objective, measures)
-        return trainer._after_validation(objective)
+        return _record(trainer, step, objective, wer=wer, cer=cer)
 
     def test_wer_picks_the_checkpoint_heard_best_and_drives_early_stopping(self):
         trainer = self.trainer("by_wer", patience=2)
