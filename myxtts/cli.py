@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 from typing import Callable, Iterator, Optional, Sequence, Tuple, TypeVar
@@ -96,12 +97,17 @@ def require_path(flag: str, path: str, kind: str, expected: str) -> None:
 
 def run_guarded(main: Callable[[T], int], argv: T) -> int:
     """Runs `main(argv)`; a MyXTTSError (a problem the user can fix) is printed as one
-    paragraph, without a traceback, and ends the run with exit status 2."""
+    paragraph, without a traceback, and ends the run with exit status 2; Ctrl-C where the
+    command does not handle it (e.g. while TensorFlow loads) ends it with status 130, also
+    without a traceback."""
     try:
         return main(argv)
     except MyXTTSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("Interrupted (Ctrl-C).", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 Main = Callable[[Optional[Sequence[str]]], int]

@@ -8,14 +8,17 @@
 version folder. Voices are voice files in --voices-dir (default voices/, created if needed):
 uploads land there, and files `myxtts-synthesize --save-voice voices/NAME.npz` wrote with the
 same checkpoint are served as NAME. docs/serving.md has the API. SIGTERM or Ctrl+C stop taking
-requests, finish the ones in flight, then exit.
+requests, finish the ones in flight, then exit: status 0 after SIGTERM, 130 after Ctrl+C (the
+shell's status for an interrupted command), without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 from typing import Optional, Sequence
 
 from myxtts.cli import UsageError, entry_point, quiet_tensorflow_start, require_path
@@ -104,11 +107,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 model.model_info.get("export", {}).get("vocoder", "griffin-lim"), args.host,
                 args.port, args.voices_dir, args.max_batch, args.max_wait_ms,
                 "required" if args.api_key else "not required")
-    server = uvicorn.Server(uvicorn.Config(
+    return serve_until_stopped(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))
-    server.run()
-    return 0
+
+
+def serve_until_stopped(config) -> int:
+    """Runs uvicorn with `config` until SIGTERM or SIGINT has shut it down gracefully; the exit
+    status: 0 after SIGTERM (a requested stop), 130 after SIGINT (Ctrl+C, as shells report an
+    interrupted command). uvicorn itself re-raises the caught signal once it has stopped, which
+    after Ctrl+C ends the process with a KeyboardInterrupt traceback out of asyncio."""
+    # pylint: disable=import-outside-toplevel  (uvicorn only when serving)
+    import uvicorn
+    caught = []
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                caught.extend(self._captured_signals)
+                self._captured_signals.clear()  # stopped already: nothing left to re-raise
+
+    Server(config).run()
+    return 128 + signal.SIGINT if signal.SIGINT in caught else 0
 
 
 guarded_main, run = entry_point(main)

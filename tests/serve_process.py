@@ -4,6 +4,8 @@
                                             #   per test run
     with ServerProcess(folder) as server:   # python -m myxtts.serve --model models/myxtts ...
         httpx.get(server.url + "/health")   #   started in `folder`, relative paths
+    ServerProcess(folder, terminal=True)    # the same in a pseudo-terminal of its own, as a
+                                            #   user's shell runs it: .interrupt() types Ctrl-C
 
 The export is an untrained tiny checkpoint (tests.inference_helpers): decodes run to their
 length cap, which is what the server's plumbing needs, not speech.
@@ -18,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import httpx
@@ -61,25 +64,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Run in a new session whose controlling terminal is standard input (the pseudo-terminal), as
+# the foreground job of a shell: the terminal's Ctrl-C then sends SIGINT to the command.
+_IN_TERMINAL = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 class ServerProcess:
     """`python -m myxtts.serve --model models/myxtts --port P ...extra` started in `folder`
-    (stdout and stderr in folder/serve-<port>.log), ready once /health answers."""
+    (stdout and stderr in folder/serve-<port>.log), ready once /health answers. With
+    `terminal`, its standard streams are a pseudo-terminal that is its controlling terminal."""
 
-    def __init__(self, folder: str, *extra: str):
-        self.folder, self.extra = folder, list(extra)
+    def __init__(self, folder: str, *extra: str, terminal: bool = False):
+        self.folder, self.extra, self.terminal = folder, list(extra), terminal
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(folder, f"serve-{self.port}.log")
         self.process = None
+        self._terminal_fd = self._copier = None
 
     def start(self) -> "ServerProcess":
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("MYXTTS_API_KEY", None)
-        with open(self.log_path, "ab") as log:
+        command = ["-m", "myxtts.serve", "--model", EXPORT, "--port", str(self.port), *self.extra]
+        if self.terminal:
+            self._terminal_fd, child = os.openpty()
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "myxtts.serve", "--model", EXPORT, "--port",
-                 str(self.port), *self.extra], cwd=self.folder, stdout=log,
-                stderr=subprocess.STDOUT, env=env)
+                [sys.executable, "-c", _IN_TERMINAL, *command], cwd=self.folder, stdin=child,
+                stdout=child, stderr=child, env=env, start_new_session=True)
+            os.close(child)
+            self._copier = threading.Thread(target=self._copy_terminal, daemon=True)
+            self._copier.start()
+        else:
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen([sys.executable, *command], cwd=self.folder,
+                                                stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -95,6 +114,19 @@ class ServerProcess:
         raise AssertionError(f"myxtts-serve did not answer /health in {START_SECONDS} s:\n"
                              f"{self.log()}")
 
+    def _copy_terminal(self) -> None:
+        """What the server writes to its terminal, into the log, until the terminal closes."""
+        with open(self.log_path, "ab") as log:
+            while True:
+                try:
+                    data = os.read(self._terminal_fd, 4096)
+                except OSError:  # EIO: the server's end of the terminal is closed
+                    return
+                if not data:
+                    return
+                log.write(data)
+                log.flush()
+
     def log(self) -> str:
         with open(self.log_path, encoding="utf-8", errors="replace") as f:
             return f.read()
@@ -102,13 +134,26 @@ class ServerProcess:
     def terminate(self, timeout: float = 60) -> int:
         """SIGTERM, then its exit status."""
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout)
+        return self.wait(timeout)
+
+    def interrupt(self, timeout: float = 60) -> int:
+        """Ctrl-C typed on its terminal (`terminal` servers), then its exit status."""
+        os.write(self._terminal_fd, b"\x03")
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        status = self.process.wait(timeout)
+        if self._copier is not None:
+            self._copier.join(10)
+            os.close(self._terminal_fd)
+            self._copier = None
+        return status
 
     def kill(self) -> None:
         """SIGKILL (kill -9)."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
-            self.process.wait(30)
+            self.wait(30)
 
     def __enter__(self) -> "ServerProcess":
         return self.start()
