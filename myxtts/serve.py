@@ -101,12 +101,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = model_name(args.model)
     app = create_app(model, store, engine, metrics, name, api_key=args.api_key,
                      limits=UploadLimits(max_bytes=int(args.max_upload_mb * 1024 * 1024)))
-    logger.info("Serving %s (%s, vocoder %s) on http://%s:%d/ : the page there, the API at "
-                "/v1/audio/speech, docs at /docs; voices in %s; batches of up to %d sentences "
-                "waiting up to %g ms; API key %s.", name, model.path,
-                model.model_info.get("export", {}).get("vocoder", "griffin-lim"), args.host,
-                args.port, args.voices_dir, args.max_batch, args.max_wait_ms,
-                "required" if args.api_key else "not required")
+    logger.info("Serving %s (%s) on http://%s:%d/ : the page there, the API at "
+                "/v1/audio/speech, docs at /docs; voices in %s (%d stored%s); batches of up "
+                "to %d sentences waiting up to %g ms; API key %s.", name, model.describe(),
+                args.host, args.port, args.voices_dir, len(store.list()),
+                "" if store.list() else ": upload one on the page or POST /v1/voices",
+                args.max_batch, args.max_wait_ms, "required" if args.api_key else "not required")
     return serve_until_stopped(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))

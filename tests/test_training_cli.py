@@ -74,6 +74,19 @@ def _read_until(proc, pattern: str, timeout: float = 400):
     raise AssertionError(f"'{pattern}' never appeared:\n{''.join(lines[-40:])}")
 
 
+def readme_command(*words: str):
+    """The README command (a line of a ```bash block, backslash continuations joined, a trailing
+    comment dropped) that holds every one of `words`, as argv after `python` (train_main.py
+    the repository's)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```bash\n(.*?)```", f.read(), re.S)
+    commands = [line.split("  #")[0].split() for block in blocks
+                for line in block.replace("\\\n", " ").splitlines()]
+    found = [c for c in commands if c[:1] == ["python"] and all(w in c for w in words)]
+    assert len(found) == 1, (words, found)
+    return [TRAIN_MAIN if word == "train_main.py" else word for word in found[0][1:]]
+
+
 def _listed(index_path: str):
     with open(index_path, encoding="utf-8") as f:
         return re.findall(r'all_model_checkpoint_paths: "([^"]+)"', f.read())
@@ -94,6 +107,7 @@ class ReadmeSequenceTest(unittest.TestCase):
         os.makedirs(os.path.join(cls.root, "samples"))
         shutil.copytree(SAMPLE, os.path.join(cls.root, "samples", "ljspeech_sample"))
         _lifecycle_config(os.path.join(cls.root, "configs", "tiny1.yaml"))
+        shutil.copy(os.path.join(REPO, "configs", "tiny.yaml"), os.path.join(cls.root, "configs"))
         cls.run_dir = os.path.join(cls.root, "runs", "tiny")
         cls.base = ["--config", "configs/tiny1.yaml", "--train-data", "samples/ljspeech_sample",
                     "--checkpoint-dir", "runs/tiny"]
@@ -138,12 +152,26 @@ class ReadmeSequenceTest(unittest.TestCase):
                                "--reference-audio", "samples/ljspeech_sample/wavs/S003.flac",
                                "--text", "In the beginning God created the heaven.",
                                "--output", "hello.wav", "--max-decoder-steps", "20"], cls.root)
-        cls.export = _run(["-m", "myxtts.export", "--checkpoint-dir", "runs/tiny",
-                           "--export-dir", "models/myxtts", "--max-decoder-steps", "20",
-                           "--griffin-lim-iters", "2"], cls.root)
+        small = ["--max-decoder-steps", "20", "--griffin-lim-iters", "2"]
+        cls.export = _run([*readme_command("myxtts.export", "models/myxtts"), *small],
+                          cls.root)
         cls.evaluate = _run(["-m", "myxtts.evaluate", "--checkpoint-dir", "runs/tiny", "--num",
-                             "10", "--output", "report.json", "--max-decoder-steps", "20",
-                             "--griffin-lim-iters", "2"], cls.root)
+                             "10", "--output", "report.json", *small], cls.root)
+
+        # 7. The README's vocoder section (a smoke vocoder) and its export, then the README's
+        #    server: it still serves the acoustic export, and says so.
+        cls.vocoder = _run([*readme_command("--stage", "vocoder"), "--max-steps", "2"], cls.root)
+        cls.vocoder_export = _run([*readme_command("myxtts.export", "--vocoder-dir"), *small],
+                                  cls.root)
+        server = subprocess.Popen(
+            [sys.executable, *readme_command("myxtts.serve", "models/myxtts"), "--port", "0"],
+            cwd=cls.root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        try:
+            cls.serving = _read_until(server, r"Serving ")[0].string
+        finally:
+            server.terminate()
+            server.communicate(timeout=120)
 
     @classmethod
     def tearDownClass(cls):
@@ -227,6 +255,27 @@ class ReadmeSequenceTest(unittest.TestCase):
         self.assertEqual(report["num"], 3)
         self.assertIn("--num 10: only 3 held-out sentence(s) can be evaluated", self.evaluate[1])
         self.assertIn("pass --data", self.evaluate[1])
+
+    def test_the_vocoder_export_leaves_the_served_model_alone(self):
+        for name, (code, out) in (("vocoder", self.vocoder),
+                                  ("vocoder export", self.vocoder_export)):
+            with self.subTest(name):
+                self.assertEqual(code, 0, out[-3000:])
+        self.assertEqual(sorted(os.listdir(os.path.join(self.root, "models", "myxtts"))),
+                         ["1"])
+        step = self.latest + 3
+        self.assertIn(f"(version 1 of models/myxtts: runs/tiny/ckpt-{step} (step {step}), "
+                      f"vocoder Griffin-Lim (2 iterations))", self.serving)
+        from myxtts.inference.exported_model import ExportedModel  # pylint: disable=import-outside-toplevel
+        cwd = os.getcwd()
+        os.chdir(self.root)  # the paths as the user typed them
+        try:
+            served = ExportedModel("models/myxtts-vocoder").describe()
+        finally:
+            os.chdir(cwd)
+        self.assertRegex(served, rf"^version 1 of models/myxtts-vocoder: runs/tiny/ckpt-{step} "
+                                 rf"\(step {step}\), vocoder (HiFi-GAN|Vocos) "
+                                 rf"runs/vocoder/ckpt-2 \(trained 2 steps\)$")
 
 
 @pytest.mark.slow

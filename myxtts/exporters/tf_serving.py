@@ -104,6 +104,7 @@ def export_tf_serving(checkpoint_dir: str, export_dir: str, *, checkpoint: Optio
             info = {"checkpoint": os.path.abspath(loaded.checkpoint_path),
                     "max_decoder_steps": steps, "griffin_lim_iterations": griffin_lim_iterations,
                     "vocoder": vocoder.checkpoint_path if vocoder else "griffin-lim",
+                    "vocoder_kind": vocoder.generator.vocoder_name if vocoder else "Griffin-Lim",
                     # Voice files made with this model carry it (myxtts.inference.voices).
                     "voice_fingerprint": conditioning_fingerprint(loaded.model, loaded.config),
                     # and adapted voices the decoder fingerprint (their postnet's frames)

@@ -34,7 +34,7 @@ from myxtts.inference import streaming
 from myxtts.inference.reference_audio import load_reference
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.voices import Voice
-from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE
+from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE, step_of
 
 
 class ExportedModelError(MyXTTSError, ValueError):
@@ -51,6 +51,12 @@ def version_folder(path: str) -> str:
         raise ExportedModelError(f"{path} is neither a SavedModel version folder nor an export "
                                  f"folder with numbered versions; pass what myxtts-export wrote.")
     return os.path.join(path, str(max(versions)))
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the working folder when it lies inside it (as the user typed it)."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative
 
 
 class ExportedDecoder:
@@ -214,6 +220,25 @@ class ExportedModel:
         self.decoder_fingerprint: Optional[str] = export.get("decoder_fingerprint")
         self._postnet_weights: "weakref.WeakKeyDictionary[Voice, np.ndarray]" = (
             weakref.WeakKeyDictionary())
+
+    def describe(self) -> str:
+        """Which version is served, from which checkpoint, through which vocoder and how long
+        that vocoder trained, e.g. "version 2 of models/myxtts: runs/tiny/ckpt-200 (step 200),
+        vocoder Vocos runs/vocoder/ckpt-20 (trained 20 steps)"."""
+        export = self.model_info.get("export", {})
+        vocoder = export.get("vocoder", "griffin-lim")
+        if vocoder == "griffin-lim":
+            spoken = (f"vocoder Griffin-Lim ({export.get('griffin_lim_iterations', '?')} "
+                      f"iterations)")
+        else:
+            steps = step_of(vocoder)
+            trained = f"trained {steps:,} steps" if steps is not None else "steps unknown"
+            spoken = (f"vocoder {export.get('vocoder_kind', 'neural')} {_shown(vocoder)} "
+                      f"({trained})")
+        step = step_of(self.checkpoint)
+        trained = f" (step {step:,})" if step is not None else ""
+        return (f"version {os.path.basename(self.path)} of {os.path.dirname(self.path)}: "
+                f"{_shown(self.checkpoint)}{trained}, {spoken}")
 
     # ---- text and voice --------------------------------------------------------------------
     def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:
