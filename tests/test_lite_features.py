@@ -20,7 +20,7 @@ import soxr
 from myxtts.config import XTTSConfig
 from myxtts.data.audio import LogMel, mel_filterbank
 from myxtts.inference.griffin_lim import GriffinLim
-from myxtts.inference.reference_audio import load_reference
+from myxtts.inference.reference_audio import ReferenceTooShortError, load_reference
 from myxtts.lite import features
 from tests.data_samples import REPO, SAMPLE_DIR
 
@@ -29,7 +29,7 @@ WAVS = sorted(glob.glob(os.path.join(SAMPLE_DIR, "wavs", "*")))  # ogg, flac and
 CONFIGS = {"tiny": ("tiny.yaml", {}), "quick": ("quick.yaml", {}),
            "short window": ("quick.yaml", {"win_length": 800, "hop_length": 200})}
 SETTING_KEYS = ("sample_rate", "hop_length", "trim_silence", "trim_top_db", "normalize_loudness",
-                "target_rms_db", "ref_max_seconds")
+                "target_rms_db", "ref_max_seconds", "ref_min_seconds")
 
 
 def data_config(name: str):
@@ -147,6 +147,19 @@ def test_prepare_reference_refuses_unusable_files(tmp_path):
         with pytest.raises(ValueError, match=problem) as raised:
             features.prepare_reference(str(tmp_path / name), settings(d))
         assert str(tmp_path / name) in str(raised.value)
+
+
+def test_a_too_short_reference_is_refused_with_the_hosts_message(tmp_path):
+    """One rule with the synthesizer, the Python API and the server: less sound after trimming
+    than data.ref_min_seconds is refused, in the same words."""
+    d = dataclasses.replace(data_config("quick"), trim_silence=True)
+    short = str(tmp_path / "short.wav")
+    sf.write(short, speech(2)[:int(0.6 * d.ref_min_seconds * d.sample_rate)], d.sample_rate)
+    with pytest.raises(ValueError, match="less than the 1.5 s this model's voices") as lite:
+        features.prepare_reference(short, settings(d))
+    with pytest.raises(ReferenceTooShortError) as host:
+        load_reference(short, d)
+    assert str(lite.value) == str(host.value)
 
 
 def _mel_error(d, log_mel, waveform):

@@ -159,6 +159,33 @@ def short_tone(path: str, seconds: float) -> str:
     return path
 
 
+def test_a_too_short_reference_is_refused_alike_by_server_api_and_cli(client, folder,
+                                                                       tmp_path):
+    # pylint: disable=import-outside-toplevel  (TensorFlow in the test process only here)
+    from myxtts.config import XTTSConfig
+    from myxtts.inference.reference_audio import ReferenceTooShortError
+    from myxtts.inference.synthesizer import Synthesizer
+    run = os.path.join(folder, "runs", "tiny")
+    shortest = XTTSConfig.from_yaml(os.path.join(run, "config.yaml")).data.ref_min_seconds
+    path = short_tone(str(tmp_path / "short.wav"), shortest * 0.6)
+    served = upload_reference(client, "short", path)
+    assert served.status_code == 400
+    messages = [served.json()["error"]["message"]]
+    with pytest.raises(ReferenceTooShortError) as refused:
+        Synthesizer.from_checkpoint_dir(run).speaker_latents(path)
+    messages.append(str(refused.value).replace(path, "short.wav"))
+    cli = subprocess.run([sys.executable, "-m", "myxtts.synthesize", "--checkpoint-dir", run,
+                          "--reference-audio", path, "--text", "Hello.", "--output",
+                          str(tmp_path / "out.wav")], capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode == 2, cli.stderr[-2000:]
+    said = [line for line in cli.stderr.splitlines() if line.startswith("error: ")]
+    messages.append(said[0][len("error: "):].replace(path, "short.wav"))
+    assert len(set(messages)) == 1, messages
+    assert f"{shortest * 0.6:.2f} s of sound" in messages[0]
+    assert f"less than the {shortest:g} s this model's voices are made from" in messages[0]
+
+
 def test_bad_input_gets_a_4xx_naming_the_field(client, folder, tmp_path):
     cases = [  # (name, request, status, param, code)
         ("empty input", lambda: speech(client, "  "), 400, "input", "empty_input"),

@@ -263,11 +263,10 @@ class ExportedModel:
                 f"so voice files cannot be checked against it: export the checkpoint again.")
         return self.fingerprint
 
-    def voice(self, path: str, name: Optional[str] = None,
-              min_seconds: Optional[float] = None) -> Voice:
+    def voice(self, path: str, name: Optional[str] = None) -> Voice:
         """The voice of the reference recording `path` (named `name`), a voices.Voice whose
         latents this model computed; ReferenceAudioError for an unusable recording."""
-        samples = load_reference(path, self.config.data, name, min_seconds)
+        samples = load_reference(path, self.config.data, name)
         return Voice(self.speaker_latents(samples)[0].numpy(), self.require_fingerprint(),
                      (os.path.basename(name or path),), self.checkpoint)
 

@@ -21,6 +21,10 @@ class ReferenceAudioError(MyXTTSError, ValueError):
     """A speaker reference that cannot be read, holds no audio or is too short."""
 
 
+class ReferenceTooShortError(ReferenceAudioError):
+    """A speaker reference with less sound than data.ref_min_seconds."""
+
+
 def reference_sample_count(data: DataConfig) -> int:
     """The most samples of a reference the model reads (audio_math.reference_sample_count)."""
     return audio_math.reference_sample_count(data.sample_rate, data.hop_length,
@@ -28,10 +32,12 @@ def reference_sample_count(data: DataConfig) -> int:
 
 
 def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
-                   min_seconds: Optional[float] = None, whole: bool = False) -> np.ndarray:
+                   whole: bool = False) -> np.ndarray:
     """Float32 samples of the reference recording `path` (named `name` in messages, default
     the path), prepared like training data and cut to reference_sample_count (`whole`: not
-    cut). With `min_seconds`, a recording shorter than that (after trimming) is refused."""
+    cut). A recording with less sound (after trimming) than data.ref_min_seconds, the
+    shortest reference the model trained on, is refused: the one rule of the synthesizer, the
+    Python API and the speech server."""
     name = name or path
     try:
         samples = audio_io.decode(path, data.sample_rate, data.trim_silence,
@@ -42,19 +48,11 @@ def load_reference(path: str, data: DataConfig, name: Optional[str] = None,
             f"Cannot read the reference audio {name}: {problem}. Pass a readable recording of "
             f"the target speaker (wav, flac, ogg, mp3 or any format libsndfile reads; "
             f"m4a/aac/mp4/webm with ffmpeg installed).") from None
-    if samples.size == 0 or not np.all(np.isfinite(samples)) or \
-            float(np.max(np.abs(samples))) < audio_math.SILENCE_PEAK:
-        raise ReferenceAudioError(
-            f"The reference audio {name} holds no usable samples (empty, silent or not "
-            f"finite). Pass a {data.ref_min_seconds:g}-{data.ref_max_seconds:g} s recording "
-            f"of the target speaker.")
-    seconds = samples.size / data.sample_rate
-    if min_seconds is not None and seconds < min_seconds:
-        raise ReferenceAudioError(
-            f"The reference audio {name} holds {seconds:.2f} s of sound"
-            f"{' after silence trimming' if data.trim_silence else ''}, less than the "
-            f"{min_seconds:g} s a voice needs. Pass a longer recording of the target speaker "
-            f"({data.ref_min_seconds:g}-{data.ref_max_seconds:g} s of speech).")
+    problem = audio_math.reference_problem(samples, data.sample_rate, name, data.trim_silence,
+                                           data.ref_min_seconds, data.ref_max_seconds)
+    if problem is not None:
+        kind, message = problem
+        raise (ReferenceTooShortError if kind == "too_short" else ReferenceAudioError)(message)
     if data.normalize_loudness:
         samples = audio_math.normalize_loudness(samples, data.target_rms_db)
     return samples if whole else samples[: reference_sample_count(data)]

@@ -55,17 +55,17 @@ def prepare_reference(path: str, settings: dict) -> np.ndarray:
     """Float32 samples of the speaker reference `path` as the speaker encoder reads them:
     downmixed, resampled to settings["sample_rate"], silence trimmed (trim_silence, trim_top_db),
     loudness normalised (normalize_loudness, target_rms_db) and cut to reference_sample_count.
-    Raises ValueError naming the file when it cannot be read or holds no usable sound."""
+    Raises ValueError naming the file when it cannot be read, holds no usable sound or less
+    than settings["ref_min_seconds"] of it (audio_math.reference_problem: the host's rule)."""
     samples, rate = decode(path)
     samples = resample(samples, rate, settings["sample_rate"])
     if settings["trim_silence"] and samples.size and np.all(np.isfinite(samples)):
         samples = trim_silence(samples, settings["trim_top_db"])
-    if samples.size == 0 or not np.all(np.isfinite(samples)) or \
-            float(np.max(np.abs(samples))) < audio_math.SILENCE_PEAK:
-        raise ValueError(
-            f"The reference audio {path} holds no usable samples (empty, silent or not finite). "
-            f"Pass a recording of the target speaker (its first {settings['ref_max_seconds']:g} "
-            f"s are used).")
+    problem = audio_math.reference_problem(samples, settings["sample_rate"], path,
+                                           settings["trim_silence"],
+                                           settings["ref_min_seconds"], settings["ref_max_seconds"])
+    if problem is not None:
+        raise ValueError(problem[1])
     if settings["normalize_loudness"]:
         samples = audio_math.normalize_loudness(samples, settings["target_rms_db"])
     return samples[:reference_sample_count(settings)]

@@ -42,7 +42,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from myxtts.inference.exported_model import ExportedModel
-from myxtts.inference.reference_audio import ReferenceAudioError
+from myxtts.inference.reference_audio import ReferenceAudioError, ReferenceTooShortError
 from myxtts.inference.tempo import MAX_SPEED, MIN_SPEED
 from myxtts.inference.text_front_end import UnknownCharactersError, UnknownLanguageError
 from myxtts.inference.wav_stream import pcm16, wav_header
@@ -66,7 +66,6 @@ class UploadLimits:
 
     max_bytes: int = 20 * 1024 * 1024
     max_seconds: float = 60.0
-    min_seconds: float = 2.0  # of sound, after the model's silence trimming
 
 
 class ApiError(Exception):
@@ -387,9 +386,9 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
                                f"{limits.max_seconds:g} s are accepted (the model reads the "
                                f"first {data.ref_max_seconds:g} s).", "file", "audio_too_long")
         try:
-            return model.voice(path, name=filename, min_seconds=limits.min_seconds)
+            return model.voice(path, name=filename)
         except ReferenceAudioError as e:
-            code = "audio_too_short" if "less than" in str(e) else "invalid_audio"
+            code = "audio_too_short" if isinstance(e, ReferenceTooShortError) else "invalid_audio"
             raise ApiError(400, str(e), "file", code) from None
 
     @app.get("/v1/voices")
