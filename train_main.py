@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 from typing import Iterator, Optional
 
 import yaml
@@ -358,6 +359,12 @@ def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None)
 def _report(summary, what: str, work_dir: str) -> int:
     """Prints how training ended and returns the exit status: 0, or 128 + the signal number
     after SIGINT/SIGTERM, with the command that resumes as the last line."""
+    if summary.nothing_trained:
+        limit = ("--max-steps" if summary.reason == "max_steps" else "training.max_minutes")
+        print(f"Nothing to train: {what or 'the '}run already stands at step {summary.step}, its "
+              f"{summary.reason} (raise {limit} to train on); checkpoint {summary.checkpoint}; "
+              f"best {summary.best or 'none (no validation yet)'}.")
+        return 0
     print(f"Trained {what}to step {summary.step} ({summary.reason}); checkpoint "
           f"{summary.checkpoint}; best {summary.best or 'none (no validation yet)'}; TensorBoard: tensorboard --logdir "
           f"{os.path.join(work_dir, TENSORBOARD_DIR)}")
@@ -432,9 +439,19 @@ def _guarded_main(argv) -> int:
     return run_guarded(main, argv)
 
 
+HELP_FLAGS = ("--help", "-help", "-?", "--helpshort", "--helpfull")
+
+
 def run() -> None:
-    """Console-script entry point (myxtts-train)."""
-    app.run(_guarded_main)
+    """Console-script entry point (myxtts-train). Help asked for ends with status 0 (absl's
+    help flags exit with 1)."""
+    try:
+        app.run(_guarded_main)
+    except SystemExit as stop:
+        arguments = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+        if stop.code == 1 and any(word in HELP_FLAGS for word in arguments):
+            raise SystemExit(0) from None
+        raise
 
 
 if __name__ == "__main__":

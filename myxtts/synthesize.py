@@ -300,6 +300,7 @@ def _stream_to_stdout(synth, sentences, language_id, latents) -> None:
                 if first is None:
                     first = time.monotonic() - started
                 writer.write(chunk)
+        writer.finish()
     except BrokenPipeError:
         # Python would flush standard output again at exit and fail once more (its docs'
         # advice: point it at /dev/null).

@@ -64,6 +64,10 @@ class ErrorsBeforeTensorFlowTest(unittest.TestCase):
         self.assertIn(f"(--val-data {missing})", self._fails_before_tensorflow(
             "--train-data", SAMPLE_DIR, "--val-data", missing,
             expect=f"The dataset folder {missing} does not exist"))
+        # A typo, as a user types it from the repository root, is answered with the folder meant.
+        self._fails_before_tensorflow(
+            "--train-data", "samples/ljspech_sample",
+            expect="does not exist. Did you mean samples/ljspeech_sample?")
         self._fails_before_tensorflow("--train-data", SAMPLE_DIR, "--resume-from", missing,
                                       expect=f"--resume-from {missing} does not exist")
         self._fails_before_tensorflow(expect="Nothing to do: pass --train-data DIR")

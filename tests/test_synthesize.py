@@ -8,6 +8,7 @@ import contextlib
 import io
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,24 @@ class SynthesizeCliTest(unittest.TestCase):
         audio, rate = sf.read(io.BytesIO(done.stdout), dtype="float32")
         self.assertEqual(rate, SAMPLE_RATE)
         np.testing.assert_allclose(audio, expected, atol=2 / 32768)
+        # A pipe cannot be rewound: its header keeps the unknown sizes players read to the end.
+        self.assertEqual(struct.unpack("<I", done.stdout[40:44])[0], 0xFFFFFFFF)
+        # `--output - > file.wav`: standard output is a seekable file, so the sizes are written
+        # (soxi and every reader see the true length, not 0xFFFFFFFF's 37 hours).
+        redirected = os.path.join(self.tmp, "redirected.wav")
+        with open(redirected, "wb") as out:
+            done = subprocess.run(
+                [sys.executable, "-m", "myxtts.synthesize", "--checkpoint-dir",
+                 self.checkpoint_dir, "--reference-audio", os.path.relpath(REFERENCE_AUDIO, REPO),
+                 "--max-decoder-steps", str(MAX_DECODER_STEPS), "--vocoder-dir", vocoder_dir,
+                 "--text", text, "--output", "-"], stdout=out, stderr=subprocess.PIPE, cwd=REPO,
+                timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr.decode()[-3000:])
+        with open(redirected, "rb") as f:
+            written = f.read()
+        self.assertEqual(struct.unpack("<I", written[4:8])[0], len(written) - 8)
+        self.assertEqual(struct.unpack("<I", written[40:44])[0], len(written) - 44)
+        self.assertEqual(sf.info(redirected).frames, len(expected))
 
     def test_a_reader_that_closes_standard_output_early_ends_the_stream_quietly(self):
         # `... --output - | head -c 100`: the reader goes away after the header. Eight
@@ -237,6 +256,12 @@ class SynthesizeCliTest(unittest.TestCase):
                 self.assertEqual(code, 2)
                 self.assertNotIn("Traceback", stderr)
                 self.assertRegex(stderr, "error: .*" + message)
+        # The vocoder run passed where the acoustic model goes is named as what it is.
+        code, stderr = self._in_process("--text", "Hello.", "--output", out,
+                                        checkpoint_dir=vocoder_dir)
+        self.assertEqual(code, 2)
+        self.assertNotIn("Traceback", stderr)
+        self.assertRegex(stderr, "error: .* is a vocoder run .*Pass it as --vocoder-dir")
         self.assertFalse(os.path.exists(out))
         other = load_checkpoint(self.checkpoint_dir).config.data
         other.hop_length = 200

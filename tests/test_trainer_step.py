@@ -70,8 +70,20 @@ class FitLoopTest(TrainerTestCase):
                                scalars["data_wait_fraction"]))
             return log_train(monitor, step, epoch, scalars)
 
-        with mock.patch.object(TrainingMonitor, "log_train", recording_log_train):
+        with mock.patch.object(TrainingMonitor, "log_train", recording_log_train), \
+                cls().assertLogs("myxtts.training", "INFO") as logs:
             cls.summary = cls.trainer.fit(Pipeline())
+        cls.messages = [record.getMessage() for record in logs.records]
+
+    def test_the_start_says_what_it_waits_for_and_step_lines_give_an_eta(self):
+        waiting, first, ready = (next(i for i, m in enumerate(self.messages) if m.startswith(s))
+                                 for s in ("Waiting for the first batch", "First batch after",
+                                           "The training step is ready"))
+        self.assertLess(waiting, first)
+        self.assertLess(first, ready)
+        self.assertIn("training from step 0 to 3.", self.messages[ready])
+        line, = [m for m in self.messages if m.startswith("step 2 (epoch 1)")]
+        self.assertRegex(line, r"; ETA \d+s to step 3 \(max_steps\)$")
 
     def test_host_counts_updates_of_accumulated_micro_batches(self):
         self.assertEqual([self.summary.step, self.summary.epoch, self.summary.reason],

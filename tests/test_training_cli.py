@@ -230,6 +230,9 @@ class ReadmeSequenceTest(unittest.TestCase):
         self.assertEqual(code, 0, out[-3000:])
         self.assertIn(f"Already at step {self.latest + 3} >= --max-steps {self.latest + 3}: "
                       f"nothing to train.", out)
+        self.assertIn(f"Nothing to train: the run already stands at step {self.latest + 3}, "
+                      f"its max_steps (raise --max-steps to train on)", out)
+        self.assertNotIn("Trained to step", out)
 
     def test_resume_from_lists_only_the_folders_own_checkpoints(self):
         code, out = self.branch
@@ -309,6 +312,12 @@ class SeedCommandLineTest(unittest.TestCase):
         self.assertIn("--grad-accum must be >= 1 (got 0; it sets training.grad_accum_steps)",
                       proc.stderr)
         self.assertNotIn("Traceback", proc.stderr)
+
+    def test_help_lists_the_flags_and_exits_0(self):
+        for flag in ("--help", "--helpfull"):
+            proc = run_cli([flag])
+            self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+            self.assertIn("--train-data", proc.stdout)
 
 
 def test_the_resume_hint_leaves_out_flags_that_would_go_back(capsys):

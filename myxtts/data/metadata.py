@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import hashlib
 import json
 import logging
@@ -64,6 +65,19 @@ class ParseProblem:
     detail: str
 
 
+def _nearest(directory: str) -> str:
+    """' Did you mean X?' for the existing folder beside `directory` whose name is nearest
+    its own (a typo), else ''."""
+    parent, name = os.path.split(os.path.normpath(directory))
+    try:
+        folders = [entry for entry in os.listdir(parent or ".")
+                   if os.path.isdir(os.path.join(parent or ".", entry))]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(name, folders, n=1, cutoff=0.6)
+    return f" Did you mean {os.path.join(parent, close[0])}?" if close else ""
+
+
 def find_metadata(directory: str, role: str) -> str:
     """The metadata file of dataset folder `directory` for role 'train' or 'val'.
 
@@ -75,8 +89,9 @@ def find_metadata(directory: str, role: str) -> str:
         raise DatasetError("No dataset folder given: a dataset is a folder with metadata.csv and "
                            "wavs/.")
     if not os.path.isdir(directory):
-        raise DatasetError(f"The dataset folder {directory} does not exist. A dataset is a folder "
-                           f"that holds metadata.csv and wavs/ (LJSpeech layout).")
+        raise DatasetError(f"The dataset folder {directory} does not exist.{_nearest(directory)} "
+                           f"A dataset is a folder that holds metadata.csv and wavs/ (LJSpeech "
+                           f"layout).")
     if not os.listdir(directory):
         raise DatasetError(f"The dataset folder {directory} is empty. It should hold metadata.csv "
                            f"(id|text|normalized_text[|speaker[|language]]) and a wavs/ folder "

@@ -34,6 +34,7 @@ read whole with masks, as under XLA, so LiteRT needs no Flex (select-TF) ops.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -213,13 +214,28 @@ def _convert_onnx(function, quantize: str) -> bytes:
     if quantize != "none":
         raise ValueError("--quantize is for --format tflite; ONNX parts are exported in fp32.")
     # pylint: disable=import-outside-toplevel  (only this format needs the converter)
-    import tf2onnx
-    _register_handlers()
-    frozen = convert_variables_to_constants_v2(function)
-    model, _ = tf2onnx.convert.from_graph_def(
-        frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
-        output_names=[t.name for t in frozen.outputs], opset=17)
+    with _quiet_loggers("tf2onnx", "tensorflow"):  # its INFO lines and TF's deprecation notes
+        import tf2onnx
+        _register_handlers()
+        frozen = convert_variables_to_constants_v2(function)
+        model, _ = tf2onnx.convert.from_graph_def(
+            frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
+            output_names=[t.name for t in frozen.outputs], opset=17)
     return model.SerializeToString()
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str):
+    """The named loggers (and their children) at ERROR while the block runs."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [one.level for one in loggers]
+    for one in loggers:
+        one.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for one, level in zip(loggers, levels):
+            one.setLevel(level)
 
 
 def onnx_output_names(count: int) -> List[str]:

@@ -49,6 +49,20 @@ class LoadedCheckpoint:
     model_info: Dict[str, Any]
 
 
+def _is_vocoder_run(directory: str) -> bool:
+    """Whether `directory` is a vocoder training's run: config.yaml, no vocab.json and a
+    checkpoint of generator weights."""
+    if os.path.isfile(os.path.join(directory, VOCAB_FILE)) or \
+            not os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+        return False
+    path = find_checkpoint(directory, None) or find_checkpoint(directory, BEST_DIR)
+    try:
+        return path is not None and any(name.startswith("generator/")
+                                        for name, _ in tf.train.list_variables(path))
+    except (tf.errors.OpError, ValueError):
+        return False
+
+
 def resolve_checkpoint(directory: str, checkpoint: Optional[str] = None) -> str:
     """The checkpoint prefix to load: `checkpoint` None/"latest" → newest ckpt-N, "best" →
     best/, else a prefix (absolute, or relative to `directory`; a trailing .index is fine)."""
@@ -56,6 +70,12 @@ def resolve_checkpoint(directory: str, checkpoint: Optional[str] = None) -> str:
         raise CheckpointNotFoundError(
             f"The checkpoint directory {directory} does not exist: it should be the directory "
             f"train_main.py wrote (holding ckpt-N files, config.yaml and vocab.json).")
+    if _is_vocoder_run(directory):
+        raise CheckpointNotFoundError(
+            f"{directory} is a vocoder run (train_main.py --stage vocoder: its checkpoints hold "
+            f"a vocoder generator, not an acoustic model). Pass it as --vocoder-dir, and the "
+            f"acoustic model's run (the --checkpoint-dir of the text-to-speech training, "
+            f"holding {VOCAB_FILE}) as --checkpoint-dir.")
     for name in (CONFIG_FILE, VOCAB_FILE):
         if not os.path.isfile(os.path.join(directory, name)):
             raise CheckpointNotFoundError(

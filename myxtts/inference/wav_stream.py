@@ -2,11 +2,14 @@
 
 A pipe cannot be rewound to fill in the sizes, so the header says 0xFFFFFFFF for the RIFF and
 data chunk sizes, as ffmpeg and sox write them to pipes; players (aplay, ffplay, sox) then read
-to the end of the stream. No TensorFlow (a server and an on-device runtime use it too).
+to the end of the stream. When the output is a seekable file (`> out.wav`), WavStreamWriter.finish
+writes the real sizes at the end. No TensorFlow (a server and an on-device runtime use it too).
 """
 
 from __future__ import annotations
 
+import io
+import os
 import struct
 from typing import BinaryIO
 
@@ -31,11 +34,16 @@ def pcm16(samples: np.ndarray) -> bytes:
 
 
 class WavStreamWriter:
-    """Writes the header at once and every chunk as it comes, flushing each."""
+    """Writes the header at once and every chunk as it comes, flushing each; `finish` puts the
+    sizes in the header when the output can be rewound."""
 
     def __init__(self, out: BinaryIO, sample_rate: int):
         self.out = out
         self.samples = 0
+        try:
+            self.start = out.tell() if out.seekable() else None
+        except (OSError, ValueError, io.UnsupportedOperation):
+            self.start = None
         out.write(wav_header(sample_rate))
         out.flush()
 
@@ -43,3 +51,17 @@ class WavStreamWriter:
         self.out.write(pcm16(chunk))
         self.out.flush()
         self.samples += len(chunk)
+
+    def finish(self) -> None:
+        """When the output is a seekable file, the RIFF and data sizes of what was written
+        (a pipe keeps 0xFFFFFFFF, which players read to the end)."""
+        data = 2 * self.samples
+        if self.start is None or data + 36 > UNKNOWN_SIZE:
+            return
+        end = self.out.tell()
+        self.out.seek(self.start + 4)
+        self.out.write(struct.pack("<I", 36 + data))
+        self.out.seek(self.start + 40)
+        self.out.write(struct.pack("<I", data))
+        self.out.seek(end, os.SEEK_SET)
+        self.out.flush()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import tempfile
 from typing import Dict, Optional
 
 import numpy as np
@@ -15,6 +17,8 @@ import numpy as np
 from myxtts.errors import MyXTTSError
 
 MANIFEST = "manifest.json"
+# What LiteRT's C++ logger writes to standard error when a part first allocates its tensors.
+XNNPACK_NOTICE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
 
 
 class ExportError(MyXTTSError, ValueError):
@@ -72,7 +76,28 @@ def _tflite_interpreter(path: str, threads: int):
         except ImportError:
             raise ExportError("Running a LiteRT export needs the LiteRT runtime: pip install "
                               "ai-edge-litert (or tflite-runtime).") from None
-    return Interpreter(model_path=path, num_threads=threads)
+    interpreter = Interpreter(model_path=path, num_threads=threads)
+    _allocate_quietly(interpreter)
+    return interpreter
+
+
+def _allocate_quietly(interpreter) -> None:
+    """interpreter.allocate_tensors() without LiteRT's XNNPACK_NOTICE, which its C++ code
+    prints to file descriptor 2 once per interpreter; anything else it prints is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            interpreter.allocate_tensors()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            other = [line for line in caught.read().splitlines(keepends=True)
+                     if line.strip() != XNNPACK_NOTICE]
+            if other:
+                os.write(2, b"".join(other))
 
 
 class TFLitePart:

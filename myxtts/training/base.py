@@ -73,6 +73,7 @@ class FitSummary:
     first_loss: Optional[float] = None
     last_loss: Optional[float] = None
     best: Optional[str] = None  # the best checkpoint's step and measures, in words
+    nothing_trained: bool = False  # the run already stood at its max_steps / max_minutes
 
 
 def _timed(batches: Iterable[Batch]):
@@ -272,7 +273,7 @@ class Trainer:
                         tc.max_steps)
             return FitSummary(start_step, int(self.epoch.numpy()), "max_steps",
                               self.checkpoints.latest, self._best_or_none(),
-                              best=self._best_description())
+                              best=self._best_description(), nothing_trained=True)
         self._minutes_before = float(self.minutes_trained.numpy())
         if tc.max_minutes and self._minutes_before >= tc.max_minutes:
             logger.info("Already trained %.1f minutes >= training.max_minutes %g: nothing to "
@@ -280,10 +281,12 @@ class Trainer:
                         tc.max_minutes)
             return FitSummary(start_step, int(self.epoch.numpy()), "max_minutes",
                               self.checkpoints.latest, self._best_or_none(),
-                              best=self._best_description())
+                              best=self._best_description(), nothing_trained=True)
         monitor = TrainingMonitor(os.path.join(self.directory, TENSORBOARD_DIR),
                                   tc.max_steps or None, start_step, self.config.data.sample_rate,
-                                  memory_devices=self._memory_devices(pipeline))
+                                  memory_devices=self._memory_devices(pipeline),
+                                  minutes_left=(tc.max_minutes - self._minutes_before
+                                                if tc.max_minutes else None))
         self._stop_signal = None
         self._fit_started = time.monotonic()
         if self.schedule_clock is not None:
@@ -322,6 +325,9 @@ class Trainer:
                 if epoch >= tc.epochs:
                     reason = "epochs"
                     break
+                if first_loss is None:
+                    logger.info("Waiting for the first batch (the input pipeline reads, "
+                                "featurizes and prefetches it) ...")
                 if upcoming is not None:
                     feeder, upcoming = upcoming, None
                 else:
@@ -336,11 +342,22 @@ class Trainer:
                     start_delay = 0.0
                 for batch, waited in _timed(feeder):
                     throughput.add_wait(waited)
+                    if first_loss is None:
+                        logger.info("First batch after %.1f s; tracing%s the training step "
+                                    "(the first step takes longest) ...",
+                                    time.monotonic() - self._fit_started,
+                                    " and XLA-compiling" if tc.xla else "")
+                        compiling = time.monotonic()
                     try:
                         last_loss = self._run_step(batch)["total"]
                     except tf.errors.ResourceExhaustedError as e:
                         raise TrainingStopped(self._oom_message(e)) from None
-                    first_loss = last_loss if first_loss is None else first_loss
+                    if first_loss is None:
+                        first_loss = last_loss
+                        float(first_loss)  # waits once, for the message to time the compile
+                        logger.info("The training step is ready (%.1f s); training from step "
+                                    "%d%s.", time.monotonic() - compiling, step,
+                                    f" to {tc.max_steps}" if tc.max_steps else "")
                     if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
                         # The data device has read this epoch's last batch: it starts on the
                         # next epoch now, so the model device does not wait at the boundary.

@@ -87,6 +87,16 @@ def _memory_text(scalars: Dict[str, float]) -> str:
                      f"{scalars[f'memory/{name}/peak_mb']:,.0f} MB" for name in names)
 
 
+def duration_text(seconds: float) -> str:
+    """'1h02m', '12m30s' or '45s'."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds}s"
+
+
 def _image(matrix: np.ndarray) -> np.ndarray:
     """[rows, cols] → [1, rows, cols, 1] in [0, 1], row 0 at the bottom (low mel bands low)."""
     m = np.asarray(matrix, np.float32)
@@ -100,8 +110,14 @@ class TrainingMonitor:
     `memory_devices`: the devices whose memory each training log line reports."""
 
     def __init__(self, directory: str, total_steps: Optional[int], initial_step: int,
-                 sample_rate: int, memory_devices=()):
+                 sample_rate: int, memory_devices=(), minutes_left: Optional[float] = None):
         self.sample_rate = sample_rate
+        self.total_steps = total_steps
+        # The ETA's clock starts at the first step done (tracing and compiling excluded);
+        # with training.max_minutes, the run ends by `deadline` at the latest.
+        self._clock: Optional[tuple] = None  # (monotonic time, step)
+        self._step = initial_step  # a disabled bar does not count
+        self.deadline = time.monotonic() + 60.0 * minutes_left if minutes_left else None
         self.memory_devices = list(memory_devices)
         self.train_writer = tf.summary.create_file_writer(os.path.join(directory, "train"))
         self.val_writer = tf.summary.create_file_writer(os.path.join(directory, "val"))
@@ -116,6 +132,24 @@ class TrainingMonitor:
     def progress(self) -> None:
         """One optimizer step done (the figures next to the bar change at log time)."""
         self.bar.update(1)
+        self._step += 1
+        if self._clock is None:
+            self._clock = (time.monotonic(), self._step)
+
+    def eta(self, step: int) -> str:
+        """'ETA 12m30s to step 200 (max_steps)', or to the max_minutes deadline when that comes
+        first: the steps left at the pace since the first step (validation included); '' before
+        there is a pace or an end."""
+        now = time.monotonic()
+        if self._clock is None or step <= self._clock[1]:
+            return ""
+        left = None
+        if self.total_steps:
+            pace = (now - self._clock[0]) / (step - self._clock[1])
+            left, end = max(0, self.total_steps - step) * pace, f"step {self.total_steps} (max_steps)"
+        if self.deadline is not None and (left is None or self.deadline - now < left):
+            left, end = max(0.0, self.deadline - now), "training.max_minutes"
+        return "" if left is None else f"ETA {duration_text(left)} to {end}"
 
     def log_train(self, step: int, epoch: int, scalars: Dict[str, float]) -> None:
         scalars = {**scalars, **memory_figures(self.memory_devices)}
@@ -140,7 +174,8 @@ class TrainingMonitor:
             text += f", {int(scalars['nonfinite_steps'])} non-finite steps skipped so far"
         if self.memory_devices:
             text += f"; memory (current/peak) {_memory_text(scalars)}"
-        logger.info("%s", text)
+        eta = self.eta(step)
+        logger.info("%s", text + (f"; {eta}" if eta else ""))
 
     def log_validation(self, step: int, scalars: Dict[str, float], images: Dict[str, np.ndarray],
                        audio: Dict[str, np.ndarray], improved: bool) -> None:
