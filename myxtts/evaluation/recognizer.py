@@ -16,6 +16,7 @@ text as a prompt), so the same audio is always heard the same way.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 from typing import Optional, Sequence, Tuple
 
@@ -51,6 +52,9 @@ class Whisper:
 
     def __init__(self, model_dir: Optional[str] = None, threads: Optional[int] = None):
         from faster_whisper import WhisperModel  # pylint: disable=import-outside-toplevel
+        # Its INFO line for every clip ("Processing audio with duration ...") drowns the
+        # validation and evaluation logs.
+        logging.getLogger("faster_whisper").setLevel(logging.WARNING)
         self.model_dir = model_dir or default_model_dir()
         if not os.path.isfile(os.path.join(self.model_dir, "model.bin")):
             raise FileNotFoundError(
