@@ -81,7 +81,7 @@ class FitLoopTest(TrainerTestCase):
                                            "The training step is ready"))
         self.assertLess(waiting, first)
         self.assertLess(first, ready)
-        self.assertIn("training from step 0 to 3.", self.messages[ready])
+        self.assertIn("training from step 0 to step 3 (max_steps).", self.messages[ready])
         line, = [m for m in self.messages if m.startswith("step 2 (epoch 1)")]
         self.assertRegex(line, r"; ETA \d+s to step 3 \(max_steps\)$")
 

@@ -282,11 +282,12 @@ class Trainer:
             return FitSummary(start_step, int(self.epoch.numpy()), "max_minutes",
                               self.checkpoints.latest, self._best_or_none(),
                               best=self._best_description(), nothing_trained=True)
+        end_step, ends_by = self._end_step(pipeline, start_step)
         monitor = TrainingMonitor(os.path.join(self.directory, TENSORBOARD_DIR),
-                                  tc.max_steps or None, start_step, self.config.data.sample_rate,
+                                  end_step, start_step, self.config.data.sample_rate,
                                   memory_devices=self._memory_devices(pipeline),
                                   minutes_left=(tc.max_minutes - self._minutes_before
-                                                if tc.max_minutes else None))
+                                                if tc.max_minutes else None), ends_by=ends_by)
         self._stop_signal = None
         self._fit_started = time.monotonic()
         if self.schedule_clock is not None:
@@ -301,6 +302,20 @@ class Trainer:
             self._fit_started = None
             restore_handlers(previous_handlers)
             monitor.close()
+
+    def _end_step(self, pipeline, start_step: int) -> Tuple[Optional[int], str]:
+        """(the step training ends at, what ends it): training.max_steps, or the last epoch's
+        last update when the pipeline counts its batches and that comes first; (None, "") when
+        neither is known."""
+        tc = self.config.training
+        ends = [(tc.max_steps, "max_steps")] if tc.max_steps else []
+        per_epoch = getattr(pipeline, "train_steps_per_epoch", None)
+        if per_epoch:
+            batches_left = ((tc.epochs - int(self.epoch.numpy())) * per_epoch
+                            - int(self.batch_in_epoch.numpy()))
+            updates_left = -(-max(0, batches_left) // tc.grad_accum_steps)
+            ends.append((start_step + updates_left, f"epoch {tc.epochs}"))
+        return min(ends) if ends else (None, "")
 
     def _on_stop_signal(self, signum: int) -> None:
         self._stop_signal = signum
@@ -357,7 +372,8 @@ class Trainer:
                         float(first_loss)  # waits once, for the message to time the compile
                         logger.info("The training step is ready (%.1f s); training from step "
                                     "%d%s.", time.monotonic() - compiling, step,
-                                    f" to {tc.max_steps}" if tc.max_steps else "")
+                                    f" to step {monitor.total_steps} ({monitor.ends_by})"
+                                    if monitor.total_steps else "")
                     if upcoming is None and feeder.exhausted and epoch + 1 < tc.epochs:
                         # The data device has read this epoch's last batch: it starts on the
                         # next epoch now, so the model device does not wait at the boundary.

@@ -110,9 +110,13 @@ class TrainingMonitor:
     `memory_devices`: the devices whose memory each training log line reports."""
 
     def __init__(self, directory: str, total_steps: Optional[int], initial_step: int,
-                 sample_rate: int, memory_devices=(), minutes_left: Optional[float] = None):
+                 sample_rate: int, memory_devices=(), minutes_left: Optional[float] = None,
+                 ends_by: str = "max_steps"):
+        """`total_steps`: the step the run ends at, `ends_by` what ends it there ("max_steps",
+        "epoch 100"); with `minutes_left`, training.max_minutes may end it first."""
         self.sample_rate = sample_rate
         self.total_steps = total_steps
+        self.ends_by = ends_by
         # The ETA's clock starts at the first step done (tracing and compiling excluded);
         # with training.max_minutes, the run ends by `deadline` at the latest.
         self._clock: Optional[tuple] = None  # (monotonic time, step)
@@ -137,8 +141,8 @@ class TrainingMonitor:
             self._clock = (time.monotonic(), self._step)
 
     def eta(self, step: int) -> str:
-        """'ETA 12m30s to step 200 (max_steps)', or to the max_minutes deadline when that comes
-        first: the steps left at the pace since the first step (validation included); '' before
+        """'ETA 12m30s to step 200 (max_steps)' (or '(epoch 100)'), or to the max_minutes
+        deadline when that comes first: the steps left at the pace since the first step (validation included); '' before
         there is a pace or an end."""
         now = time.monotonic()
         if self._clock is None or step <= self._clock[1]:
@@ -146,7 +150,8 @@ class TrainingMonitor:
         left = None
         if self.total_steps:
             pace = (now - self._clock[0]) / (step - self._clock[1])
-            left, end = max(0, self.total_steps - step) * pace, f"step {self.total_steps} (max_steps)"
+            left = max(0, self.total_steps - step) * pace
+            end = f"step {self.total_steps} ({self.ends_by})"
         if self.deadline is not None and (left is None or self.deadline - now < left):
             left, end = max(0.0, self.deadline - now), "training.max_minutes"
         return "" if left is None else f"ETA {duration_text(left)} to {end}"
