@@ -424,7 +424,7 @@ class DurationsTest(TrainerTestCase):
     def test_the_duration_predictor_learns_the_aligners_durations(self):
         # Reading by durations in the compiled step: the aligner's forward-sum loss is computed
         # and trained, and the duration predictor's error on the aligner's durations falls
-        # (2.03 -> 0.13 here). The aligner itself needs hundreds of steps (docs/results.md,
+        # (2.03 -> 0.13 here). The aligner itself needs hundreds of steps (docs/history.md,
         # r16), so 15 steps on noise frames are not asked to sharpen it.
         b = batch(size=4)
         trainer = make_trainer(os.path.join(self.workdir, "durations"),
@@ -530,3 +530,20 @@ class UpdateScalesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TrainerContractTest(unittest.TestCase):
+    def test_a_trainer_missing_a_hook_cannot_be_created(self):
+        from myxtts.training.base import Trainer  # pylint: disable=import-outside-toplevel
+        from myxtts.training.trainer import XTTSTrainer  # pylint: disable=import-outside-toplevel
+        from myxtts.training.vocoder_trainer import VocoderTrainer  # pylint: disable=import-outside-toplevel
+
+        class WithoutValidation(Trainer):  # every hook but validate
+            global_step = property(lambda self: 0)
+            _run_step = _micro_batches_done = _updates_after = _log = lambda self, *a: None
+            _has_validation = _stop_if_nonfinite = _oom_message = lambda self, *a: None
+
+        with self.assertRaisesRegex(TypeError, "validate"):
+            WithoutValidation()
+        self.assertFalse(XTTSTrainer.__abstractmethods__)
+        self.assertFalse(VocoderTrainer.__abstractmethods__)

@@ -7,11 +7,8 @@ validation, best-by-validation with early stopping, checkpoints and SIGINT/SIGTE
 A trainer subclasses Trainer: it calls `_start_run` first, creates its models and optimizers
 and `_create_run_counters()` inside `self._model_scope()` (`tf.device(self.model_device)`, or the
 strategy's scope when a myxtts.training.distribution.Distribution is given), opens `self.checkpoints`
-with `run_counters()` among its objects and calls `_restore`. It provides `global_step`,
-`_run_step(batch)` (returns the losses, "total" among them, as tensors; it counts
-`batch_in_epoch` and `frames` on the device), `_micro_batches_done()`, `_updates_after(micro)`,
-`_log`, `_has_validation(pipeline)`, `validate(pipeline, monitor)` (which ends with
-`_after_validation`), `_stop_if_nonfinite` and `_oom_message`.
+with `run_counters()` among its objects and calls `_restore`. The hooks the loop calls are
+Trainer's abstract methods: a subclass that misses one cannot be created.
 
 Several workers (MultiWorkerMirroredStrategy): every worker runs the same loop, so their
 collective operations stay in step; only the chief writes into training.checkpoint_dir
@@ -23,6 +20,7 @@ chief's checkpoints: a job whose workers are restarted resumes from the chief's 
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import logging
 import math
@@ -121,8 +119,48 @@ def default_device() -> str:
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
-class Trainer:
+class Trainer(abc.ABC):
     """Shared by XTTSTrainer and VocoderTrainer (see the module docstring)."""
+
+    # -- the hooks a trainer provides ----------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def global_step(self) -> int:
+        """The optimizer updates done so far."""
+
+    @abc.abstractmethod
+    def _run_step(self, batch: Batch) -> Dict[str, tf.Tensor]:
+        """One micro-batch: returns the losses ("total" among them) as tensors, and counts
+        `batch_in_epoch` and `frames` on the device."""
+
+    @abc.abstractmethod
+    def _micro_batches_done(self) -> int:
+        """Micro-batches run since the run began (gradient accumulation counts each)."""
+
+    @abc.abstractmethod
+    def _updates_after(self, micro: int) -> bool:
+        """Whether the `micro`-th micro-batch ended with an optimizer update."""
+
+    @abc.abstractmethod
+    def _log(self, monitor: TrainingMonitor, throughput: Throughput, step: int) -> None:
+        """Writes the step line and the TensorBoard scalars."""
+
+    @abc.abstractmethod
+    def _has_validation(self, pipeline) -> bool:
+        """Whether the pipeline holds validation data."""
+
+    @abc.abstractmethod
+    def validate(self, pipeline, monitor: Optional[TrainingMonitor] = None) -> bool:
+        """Validates, records the figures and ends with `_after_validation`; True asks the loop
+        to stop early."""
+
+    @abc.abstractmethod
+    def _stop_if_nonfinite(self) -> None:
+        """Raises TrainingStopped after a streak of non-finite losses."""
+
+    @abc.abstractmethod
+    def _oom_message(self, error: Exception) -> str:
+        """What to change when the model device runs out of memory."""
 
     # -- setup ---------------------------------------------------------------------------------
     def _start_run(self, config, model_device: Optional[str], distribution=None) -> None:
