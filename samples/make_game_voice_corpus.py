@@ -15,8 +15,8 @@ takes with their own silences and levels): whatever real speech needs happens in
 Lines whose recordings are shorter than --min-seconds or longer than --max-seconds are left
 out; levels are taken in sorted order until --minutes of speech are written. --skip-minutes M
 leaves out the levels (and the texts) of the corpus --minutes M makes: the third command gives
-the held-out lines a model trained on fillets_nl is judged on. The corpora are
-what docs/results.md's real-speech runs use; they are not committed.
+the held-out lines a model trained on fillets_nl is judged on. The corpora are what the
+real-speech runs of docs/history.md use (docs/results.md, "Corpora"); they are not committed.
 """
 
 import argparse

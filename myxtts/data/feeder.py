@@ -91,7 +91,7 @@ class DeviceFeeder:
         another, and the input is released only after _END is queued: asking a shuffled,
         interleaved, bucketed tf.data input for its end, or releasing it with work in flight,
         took ~30 s at some training epoch ends, which the model device spent waiting
-        (docs/results.md, "Epoch ends")."""
+        (docs/history.md, "Epoch ends")."""
         for produced, element in enumerate(iterator, start=1):
             if self._stop.is_set():
                 return

@@ -22,7 +22,7 @@ Which weights move (`part`, ADAPT_PARTS):
            recordings are computed once; each step runs the postnet alone on them (L1 mel loss
            after the postnet). Its weights (0.35 M of clone_quick's 3 M) fit in a voice file
            (voices.Voice.postnet).
-Measured on configs/clone_quick.yaml (docs/results.md, "Which weights adapt"): `all` lifts the
+Measured on configs/clone_quick.yaml (docs/history.md, "Which weights adapt"): `all` lifts the
 own-vs-other speaker gap further than `postnet`.
 
 The optimiser is Adam, its moments starting at zero for every voice. The recordings go as one
@@ -32,7 +32,7 @@ values; `use` puts them in. Deterministic: the pass runs with training=False (no
 prenet's inference masks are fixed).
 
 The defaults (ADAPT_STEPS, ADAPT_LEARNING_RATE) were chosen on configs/clone_quick.yaml's run c34
-(docs/results.md, "c34"; docs/cloning.md, "Adapting to the reference").
+(docs/history.md, "c34"; docs/cloning.md, "Adapting to the reference").
 """
 
 from __future__ import annotations

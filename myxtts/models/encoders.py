@@ -44,9 +44,9 @@ class TextEncoder(keras.layers.Layer):
 
     No absolute position is added to the text: with one, the decoder's text attention can
     satisfy the guided-attention prior by position alone (step s → token s·N/S, whatever the
-    tokens say) and never learns to read; measured in docs/results.md. The convolutions give
-    each token its neighbours (local order), so the decoder can only find "the next token" by
-    what it has already said, which is reading.
+    tokens say) and never learns to read; measured in docs/history.md (q3, q4). The
+    convolutions give each token its neighbours (local order), so the decoder can only find
+    "the next token" by what it has already said, which is reading.
     """
 
     def __init__(self, config: ModelConfig, vocab_size: int, num_languages: int, **kwargs):
