@@ -27,7 +27,8 @@ from myxtts import devices
 from myxtts.cli import UsageError, flag_hint, quiet_tensorflow_start, run_guarded, setup_logging
 from myxtts.config import TrainingConfig, XTTSConfig
 from myxtts.data import service
-from myxtts.data.metadata import DatasetError, check_separator, find_metadata
+from myxtts.data import corpora
+from myxtts.data.metadata import DatasetError
 from myxtts.errors import MyXTTSError
 from myxtts.source_run import (RESUME_CONFLICT, Source, SourceRunError, continued_run,
                                locate_source, warm_start_config)
@@ -190,7 +191,7 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
     for flag, role in (("train-data", "train"), ("val-data", "val")):
         if FLAGS[flag].value:
             with flag_hint(f"(--{flag} {FLAGS[flag].value})", DatasetError):
-                check_separator(find_metadata(FLAGS[flag].value, role))
+                corpora.check_source(FLAGS[flag].value, role, config.data.format)
     resume_from = FLAGS["resume-from"].value
     if resume_from and not (os.path.exists(resume_from) or os.path.exists(resume_from + ".index")):
         raise UsageError(f"--resume-from {resume_from} does not exist. Pass a checkpoint prefix "

@@ -86,6 +86,11 @@ class DataConfig:
                                       "the new ones listed here or found in the data.")
     default_language: str = _f("en", "Language for metadata rows without a language column "
                                      "(under --init-from: the source run's, unless set).")
+    format: str = _f("auto", "Layout of the dataset folders: auto (recognised by itself) | "
+                             "ljspeech | libritts | vctk | commonvoice (docs/data.md, 'Corpus "
+                             "layouts').")
+    vctk_mic: str = _f("mic1", "VCTK 0.92: which microphone's take of each utterance is read "
+                               "(mic1 | mic2).")
     val_fraction: float = _f(0.05, "Share of metadata.csv held out for validation when no "
                                    "--val-data is given (seeded split, saved and reused).")
     validation_policy: str = _f("skip", "Bad rows: skip (report and continue) | fail (stop).")
@@ -580,6 +585,9 @@ class XTTSConfig:
         need(d.validation_policy in ("skip", "fail"), "data.validation_policy",
              "must be skip or fail.")
         need(d.feature_mode in ("raw", "cached"), "data.feature_mode", "must be raw or cached.")
+        need(d.format in ("auto", "ljspeech", "libritts", "vctk", "commonvoice"), "data.format",
+             "must be auto, ljspeech, libritts, vctk or commonvoice.")
+        need(d.vctk_mic in ("mic1", "mic2"), "data.vctk_mic", "must be mic1 or mic2.")
         need(not d.data_service or d.feature_mode == "cached", "data.data_service",
              f"needs data.feature_mode: cached (data.feature_mode is {d.feature_mode!r}; raw "
              f"mode decodes audio in Python, which tf.data service workers cannot run). Set "

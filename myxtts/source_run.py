@@ -19,7 +19,7 @@ from typing import Optional
 import yaml
 
 from myxtts.config import XTTSConfig, from_source_keys
-from myxtts.data import metadata as metadata_lib
+from myxtts.data import corpora
 from myxtts.data.text import Tokenizer
 from myxtts.errors import MyXTTSError
 from myxtts.model_info import read_model_info
@@ -134,7 +134,8 @@ def warm_start_config(config: XTTSConfig, config_path: str, source: Source, trai
     if "data.default_language" not in explicit:
         d.default_language = source.config.data.default_language
     wanted = (d.languages if "data.languages" in explicit else []) + [d.default_language] + \
-        metadata_lib.dataset_languages(train_dir, val_dir, d.default_language)
+        corpora.dataset_languages(train_dir, val_dir, d.default_language, d.format,
+                                  d.vctk_mic)
     added = [language for i, language in enumerate(wanted)
              if language not in old and language not in wanted[:i]]
     d.languages = old + added

@@ -95,7 +95,8 @@ def find_metadata(directory: str, role: str) -> str:
     if not os.listdir(directory):
         raise DatasetError(f"The dataset folder {directory} is empty. It should hold metadata.csv "
                            f"(id|text|normalized_text[|speaker[|language]]) and a wavs/ folder "
-                           f"with the recordings.")
+                           f"with the recordings, or a LibriTTS, VCTK or Common Voice corpus as "
+                           f"it comes (docs/data.md, 'Corpus layouts').")
     names = (["metadata_train.csv", "metadata.csv"] if role == "train" else
              ["metadata_eval.csv", "metadata_val.csv", "metadata.csv"])
     for name in names:
@@ -115,7 +116,9 @@ def find_metadata(directory: str, role: str) -> str:
             f"(e.g. Whisper) can draft the texts, which you then correct by listening.")
     raise DatasetError(f"The dataset folder {directory} has no {' or '.join(names)} and no "
                        f"audio. Add the recordings (in wavs/ or next to the metadata file) and a "
-                       f"metadata file with rows id|text|normalized_text[|speaker[|language]].")
+                       f"metadata file with rows id|text|normalized_text[|speaker[|language]]. "
+                       f"myxtts also reads LibriTTS, VCTK and Common Voice folders as they come "
+                       f"(docs/data.md, 'Corpus layouts'); none of those was found either.")
 
 
 def eval_metadata_beside(train_metadata: str) -> Optional[str]:
@@ -218,18 +221,6 @@ def read_metadata(path: str, default_speaker: str,
         rows.append(Row(uid, text, speaker, language, _row_audio(directory, audio, uid), path,
                         number))
     return rows, problems
-
-
-def dataset_languages(train_dir: str, val_dir: Optional[str], default_language: str) -> List[str]:
-    """The languages of the rows of a training folder (and validation folder), in the order
-    they first appear (rows without a language column have `default_language`)."""
-    train = find_metadata(train_dir, "train")
-    paths = [train, find_metadata(val_dir, "val") if val_dir else eval_metadata_beside(train)]
-    languages: Dict[str, None] = {}
-    for path in filter(None, paths):
-        for row in read_metadata(path, "", default_language)[0]:
-            languages.setdefault(row.language)
-    return list(languages)
 
 
 # ---- seeded, saved train/validation split ------------------------------------------------------

@@ -13,6 +13,7 @@ import logging
 import os
 from typing import Dict, List, Optional
 
+from myxtts.data import corpora
 from myxtts.data import metadata as metadata_lib
 from myxtts.data import saved_validation, validation
 from myxtts.data.text import TextError, Tokenizer
@@ -67,10 +68,10 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
     `base_vocabulary` (a warm start's source vocab.json) is extended by the characters of the
     training texts it lacks, unless `work_dir` already holds the run's own vocab.json."""
     d = config.data
-    train_metadata = metadata_lib.find_metadata(train_dir, "train")
+    train_metadata = corpora.find_source(train_dir, "train", d.format)
     cache_dir = default_cache_dir(d, train_dir)
     eval_beside = metadata_lib.eval_metadata_beside(train_metadata)
-    val_metadata = metadata_lib.find_metadata(val_dir, "val") if val_dir else eval_beside
+    val_metadata = corpora.find_source(val_dir, "val", d.format) if val_dir else eval_beside
     split_path = None if val_metadata else os.path.join(work_dir or cache_dir, SPLIT_FILE)
 
     tokenizer = None
@@ -114,13 +115,13 @@ def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, c
     """Reads, splits and checks the rows: (report, items, tokenizer, every row's audio
     path)."""
     default_speaker = os.path.basename(os.path.normpath(train_dir)) or "speaker"
-    train_rows, train_problems = metadata_lib.read_metadata(train_metadata, default_speaker,
-                                                            d.default_language)
+    train_rows, train_problems = corpora.read_source(train_metadata, default_speaker,
+                                                     d.default_language, d.vctk_mic)
     if val_metadata:
         val_speaker = (os.path.basename(os.path.normpath(val_dir)) if val_dir
                        else default_speaker)
-        val_rows, val_problems = metadata_lib.read_metadata(val_metadata, val_speaker,
-                                                            d.default_language)
+        val_rows, val_problems = corpora.read_source(val_metadata, val_speaker,
+                                                     d.default_language, d.vctk_mic)
     else:
         train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
                                                        split_path)

@@ -22,7 +22,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from myxtts.atomic_write import atomic_write
-from myxtts.data import metadata, splitting, text, validation
+from myxtts.data import corpora, metadata, splitting, text, validation
 from myxtts.data.text import Tokenizer
 from myxtts.data.validation import Item, Problem, ValidationReport
 
@@ -32,20 +32,10 @@ FILE = "validated.json"
 VERSION = 1
 # The modules whose code decides what validation makes of a row, and the data settings it reads
 # (the rest shape features and batches, which validation does not look at).
-_SOURCES = (metadata, splitting, text, validation)
-SETTINGS = ("sample_rate", "trim_silence", "trim_top_db", "min_audio_seconds",
+_SOURCES = (corpora, metadata, splitting, text, validation)
+SETTINGS = ("format", "vctk_mic", "sample_rate", "trim_silence", "trim_top_db", "min_audio_seconds",
             "max_audio_seconds", "split_long_utterances", "text_cleaners", "use_phonemes",
             "languages", "default_language", "max_text_length", "seed", "val_fraction")
-
-
-def _file_digest(path: Optional[str]) -> str:
-    if not path or not os.path.isfile(path):
-        return "absent"
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _folder_mtimes(folder: Optional[str]) -> List[int]:
@@ -62,12 +52,12 @@ def key(data_config, metadata_files: Sequence[Optional[str]], folders: Sequence[
     h = hashlib.sha256()
     h.update(json.dumps({
         "version": VERSION, "data": {k: getattr(data_config, k) for k in SETTINGS},
-        "metadata": [(os.path.abspath(p) if p else None, _file_digest(p))
+        "metadata": [(os.path.abspath(p) if p else None, corpora.source_digest(p))
                      for p in metadata_files],
         "folders": [(os.path.abspath(f) if f else None, _folder_mtimes(f)) for f in folders],
-        "vocabulary": _file_digest(vocabulary),
+        "vocabulary": corpora.source_digest(vocabulary),
         "extend": extend,
-        "sources": [_file_digest(module.__file__) for module in _SOURCES]},
+        "sources": [corpora.source_digest(module.__file__) for module in _SOURCES]},
         sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -121,7 +111,7 @@ def _split_record(split_file: Optional[str], made: bool) -> Optional[dict]:
         return None
     with open(split_file, encoding="utf-8") as f:
         content = f.read()
-    return {"digest": _file_digest(split_file), "made": made, "content": content}
+    return {"digest": corpora.source_digest(split_file), "made": made, "content": content}
 
 
 def _split_fits(record: Optional[dict], split_file: Optional[str]) -> bool:
@@ -133,7 +123,7 @@ def _split_fits(record: Optional[dict], split_file: Optional[str]) -> bool:
     if record is None:
         return False
     if os.path.isfile(split_file):
-        return _file_digest(split_file) == record["digest"]
+        return corpora.source_digest(split_file) == record["digest"]
     if not record["made"]:
         return False
     atomic_write(split_file, record["content"])

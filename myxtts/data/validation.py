@@ -4,6 +4,9 @@ Rules (code: what is checked → what happens):
 
   non_utf8            a metadata line is not UTF-8 (its line number)    → row skipped
   wrong_columns       a line has fewer than 2 or more than 5 columns    → row skipped
+                      (a TSV row whose columns do not match its header)
+  no_transcript       an audio file of a LibriTTS/VCTK folder has no text → file skipped
+  down_voted          a Common Voice row with down-votes                → row skipped
   duplicate_id        an id already seen in the same split              → later row skipped
   missing_file        no wavs/<id>.<ext>                                → row skipped
   unreadable_audio    soundfile cannot decode it, or a WAV is truncated → row skipped
@@ -56,6 +59,8 @@ logger = logging.getLogger("myxtts.data")
 RULES: Dict[str, Tuple[str, str]] = {
     "non_utf8": ("metadata line is not valid UTF-8", "skipped"),
     "wrong_columns": ("metadata line has a wrong column count", "skipped"),
+    "no_transcript": ("audio file without a transcript (LibriTTS, VCTK)", "skipped"),
+    "down_voted": ("Common Voice clip with down-votes", "skipped"),
     "duplicate_id": ("id appears twice", "skipped"),
     "missing_file": ("no wavs/<id>.<ext> audio file", "skipped"),
     "unreadable_audio": ("audio cannot be decoded or is truncated", "skipped"),
@@ -420,7 +425,8 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
     d = data_config
     problems: List[Problem] = []
     for split, found in parse_problems.items():
-        problems += [Problem(p.code, split, f"{p.metadata_path}:{p.line}", p.detail)
+        problems += [Problem(p.code, split, f"{p.metadata_path}:{p.line}" if p.line
+                             else p.metadata_path, p.detail)
                      for p in found]
     paths = [r.audio_path for rs in rows.values() for r in rs if r.audio_path]
     facts = collect_audio_facts(paths, d, cache_path, d.num_workers or os.cpu_count() or 1)
@@ -441,7 +447,10 @@ def validate(rows: Dict[str, Sequence[Row]], parse_problems: Dict[str, Sequence[
             if row.audio_path is None:
                 folder = os.path.dirname(row.metadata_path)
                 bad = ("missing_file", f"no {os.path.join(folder, 'wavs', row.id)}.<wav|flac|"
-                                       f"ogg|...> or {os.path.join(folder, row.id)}.<...>")
+                                       f"ogg|...> or {os.path.join(folder, row.id)}.<...>"
+                       if row.metadata_path.endswith(".csv") else
+                       f"no audio file of id {row.id!r} where its corpus layout keeps it "
+                       f"(docs/data.md, 'Corpus layouts')")
             else:
                 where = f"{row.audio_path} ({where})"
                 bad = _audio_problem(facts[row.audio_path], d)

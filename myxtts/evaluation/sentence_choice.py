@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from myxtts.config import XTTSConfig
+from myxtts.data import corpora
 from myxtts.data import metadata as metadata_lib
 from myxtts.data.metadata import DatasetError, Row
 from myxtts.run_directory import SPLIT_FILE
@@ -49,23 +50,24 @@ class Sentences:
 
 def training_data_dir(info: dict) -> Optional[str]:
     train_metadata = info.get("dataset", {}).get("train_metadata")
-    return os.path.dirname(train_metadata) if train_metadata else None
+    return corpora.dataset_folder(train_metadata) if train_metadata else None
 
 
 def _same_dir(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _read_rows(data_dir: str, default_language: str) -> Tuple[str, List[Row]]:
-    metadata_path = metadata_lib.find_metadata(data_dir, "train")
+def _read_rows(data_dir: str, d) -> Tuple[str, List[Row]]:
+    metadata_path = corpora.find_source(data_dir, "train", d.format)
     speaker = os.path.basename(os.path.normpath(data_dir)) or "speaker"
-    return metadata_path, metadata_lib.read_metadata(metadata_path, speaker, default_language)[0]
+    return metadata_path, corpora.read_source(metadata_path, speaker, d.default_language,
+                                              d.vctk_mic)[0]
 
 
-def _training_speakers(trained_on: str, default_language: str) -> Optional[Set[str]]:
+def _training_speakers(trained_on: str, d) -> Optional[Set[str]]:
     """The speakers of the run's training metadata; None when it cannot be read any more."""
     try:
-        return {r.speaker for r in _read_rows(trained_on, default_language)[1]}
+        return {r.speaker for r in _read_rows(trained_on, d)[1]}
     except DatasetError:
         return None
 
@@ -85,14 +87,14 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
             f"the one the run trained on (its validation split is evaluated) or a held-out "
             f"one.")
     try:
-        metadata_path, rows = _read_rows(data_dir, d.default_language)
+        metadata_path, rows = _read_rows(data_dir, d)
     except DatasetError as e:
         if data:
             raise
         raise DatasetError(f"{e} (It is the run's training data, as "
                            f"{checkpoint_dir}/model_info.json records it.)") from None
     if trained_on is not None and not _same_dir(trained_on, data_dir):
-        trained = _training_speakers(trained_on, d.default_language)
+        trained = _training_speakers(trained_on, d)
         known = sorted({r.speaker for r in rows} & trained) if trained is not None else []
         if trained is None:
             logger.warning("The run's training data %s cannot be read: the speakers of %s are "
@@ -104,11 +106,12 @@ def find_sentences(config: XTTSConfig, checkpoint_dir: str, data: Optional[str],
                          f"every row of {metadata_path} (not this run's training data)",
                          IN_SET if known else ZERO_SHOT)
     val_source = info.get("dataset", {}).get("val_source", "")
-    val_metadata = (val_source if os.path.isfile(val_source)
+    val_metadata = (val_source if val_source and os.path.exists(val_source)
                     else metadata_lib.eval_metadata_beside(metadata_path))
     if val_metadata:
-        val_speaker = os.path.basename(os.path.dirname(os.path.abspath(val_metadata)))
-        val_rows, _ = metadata_lib.read_metadata(val_metadata, val_speaker, d.default_language)
+        val_speaker = os.path.basename(corpora.dataset_folder(val_metadata))
+        val_rows, _ = corpora.read_source(val_metadata, val_speaker, d.default_language,
+                                          d.vctk_mic)
         return Sentences(val_rows, rows, data_dir, f"the run's validation rows {val_metadata}")
     split_path = os.path.join(checkpoint_dir, SPLIT_FILE)
     if os.path.isfile(split_path):
