@@ -17,6 +17,8 @@ from tests.inference_helpers import REFERENCE_AUDIO, make_checkpoint, shared_voc
 
 pytestmark = pytest.mark.slow
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 TEXTS = ["Hello there.", "In the beginning God created the heaven and the earth.",
          "A second sentence follows. And a third one, with a clause."]
 # Runs `python -m myxtts.lite ARGS` with tensorflow, keras and librosa unimportable.
@@ -99,6 +101,53 @@ def test_runtime_without_tensorflow_gives_the_saved_models_mel(exported, name):
         np.testing.assert_allclose(mel[:frames], expected[:frames], atol=1e-3, err_msg=text)
         audio, rate = sf.read(output)
         assert rate == 16000 and len(audio) > 0 and np.all(np.isfinite(audio))
+
+
+def _folder_megabytes(folder):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder)
+               for f in files) / 1e6
+
+
+def test_the_runtime_installs_with_one_pip_command_without_tensorflow_and_speaks(exported):
+    # As a user on a small machine does it: a fresh virtual environment, the one command of
+    # docs/edge.md (pip resolves the dependencies from its configured index), then the
+    # myxtts-lite command from a folder outside the repository.
+    # pylint: disable=import-outside-toplevel
+    import time
+    venv = os.path.join(exported["root"], "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+    bare = _folder_megabytes(venv)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    python = os.path.join(venv, "bin", "python")
+    started = time.monotonic()
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", os.path.join(REPO, "packaging", "myxtts-lite")],
+        capture_output=True, text=True, timeout=900, env=env, cwd=exported["root"])
+    seconds = time.monotonic() - started
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+    print(f"myxtts-lite installed in {seconds:.1f} s, {_folder_megabytes(venv) - bare:.0f} MB")
+    probe = subprocess.run(
+        [python, "-c", "import importlib.util as u, myxtts.lite; "
+                       "print(myxtts.lite.__file__, u.find_spec('tensorflow'), "
+                       "u.find_spec('myxtts.training'))"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=exported["root"])
+    assert probe.returncode == 0, probe.stderr
+    location, tensorflow, trainer = probe.stdout.split()
+    assert location.startswith(venv) and tensorflow == "None" and trainer == "None"
+    output = os.path.join(exported["root"], "installed.wav")
+    spoken = subprocess.run(
+        [os.path.join(venv, "bin", "myxtts-lite"), "--model",
+         os.path.dirname(exported["folders"]["tflite-vocos"]), "--voice", exported["voice"],
+         "--text", TEXTS[1], "--output", output, "--save-mel"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=exported["root"])
+    assert spoken.returncode == 0, spoken.stderr[-3000:]
+    mel = np.load(output[:-4] + ".npy")
+    expected = saved_model_mel(exported["saved_model"], exported["voice"], TEXTS[1])
+    frames = min(len(mel), len(expected))
+    assert abs(len(mel) - len(expected)) <= 2
+    np.testing.assert_allclose(mel[:frames], expected[:frames], atol=1e-3)
+    audio, rate = sf.read(output)
+    assert rate == 16000 and len(audio) > 0 and np.all(np.isfinite(audio))
 
 
 def test_stream_joins_to_the_whole_synthesis(exported):
