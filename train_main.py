@@ -90,6 +90,12 @@ flags.DEFINE_boolean("validate-only", False, "Validate the dataset(s), print the
                      "and statistics and exit: 0 when enough usable rows remain, non-zero with "
                      "the reason. The statistics are saved to model_info.json only in a "
                      "checkpoint directory you name (--checkpoint-dir or training.checkpoint_dir).")
+flags.DEFINE_boolean("check-transcripts", False, "With --validate-only: the recogniser (Whisper, "
+                     "pip install 'myxtts[eval]') hears every usable English row and lists the "
+                     "rows whose transcript disagrees with what it heard far more than the "
+                     "corpus's other rows do, worst first; their ids go to "
+                     "<cache_dir>/suspect_transcripts.txt for data.exclude_rows (docs/data.md, "
+                     "'Transcript check').")
 
 # ---- training -----------------------------------------------------------------------------------
 flags.DEFINE_string("checkpoint-dir", None, "Checkpoints, best/, tensorboard/, config.yaml, "
@@ -180,6 +186,9 @@ def check_inputs(config: XTTSConfig) -> Optional[Source]:
     if FLAGS["init-from"].value and FLAGS["stage"].value == "vocoder":
         raise UsageError("--init-from warm-starts the acoustic model; for the vocoder use "
                          "--vocoder-init (see docs/vocoder.md).")
+    if FLAGS["check-transcripts"].value and not FLAGS["validate-only"].value:
+        raise UsageError("--check-transcripts runs with --validate-only: add it (the check hears "
+                         "every row, then exits without training).")
     if not FLAGS["train-data"].value:
         if FLAGS["validate-only"].value:
             raise UsageError("--validate-only needs --train-data DIR (a folder with metadata.csv "
@@ -324,7 +333,31 @@ def validate_only(config: XTTSConfig, source: Optional[Source]) -> int:
           "statistics not saved (pass --checkpoint-dir to keep them in its model_info.json)")
     print(f"OK: {len(prepared.items['train'])} usable training rows "
           f"(data.min_train_items = {config.data.min_train_items}).")
+    if FLAGS["check-transcripts"].value:
+        print("\n" + _check_transcripts(config, prepared))
     return 0
+
+
+def _check_transcripts(config: XTTSConfig, prepared) -> str:
+    """--check-transcripts: the table of the rows whose transcripts the recogniser disputes."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.data import transcript_check
+    from myxtts.evaluation.recognizer import load_recognizer
+    d = config.data
+    languages = sorted({d.languages[item.language_id] for items in prepared.items.values()
+                        for item in items})
+    recognizer, _ = load_recognizer("whisper", ["en"] if "en" in languages else languages)
+    transcripts = {}
+    for flag, role in (("train-data", "train"), ("val-data", "val")):
+        if FLAGS[flag].value:
+            source = corpora.find_source(FLAGS[flag].value, role, d.format)
+            rows, _ = corpora.read_source(source, "", d.default_language, d.vctk_mic)
+            transcripts.update((r.id, r.text) for r in rows)
+    logger.info("Transcript check: hearing %d rows with %s.",
+                sum(len(v) for v in prepared.items.values()), recognizer.name)
+    text, _, _ = transcript_check.check(prepared.items, transcripts, d.languages, recognizer, d,
+                                        os.path.join(prepared.cache_dir, transcript_check.FILE))
+    return text
 
 
 def train(config: XTTSConfig, plan, source: Optional[Source], distribution=None) -> int:

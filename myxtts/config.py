@@ -91,6 +91,10 @@ class DataConfig:
                              "layouts').")
     vctk_mic: str = _f("mic1", "VCTK 0.92: which microphone's take of each utterance is read "
                                "(mic1 | mic2).")
+    exclude_rows: str = _f("", "A file of row ids (one per line; '#' starts a comment) left out "
+                               "of training and validation, counted as excluded: the list "
+                               "train_main.py --validate-only --check-transcripts writes "
+                               "(docs/data.md, 'Transcript check'). Empty: none.")
     val_fraction: float = _f(0.05, "Share of metadata.csv held out for validation when no "
                                    "--val-data is given (seeded split, saved and reused).")
     validation_policy: str = _f("skip", "Bad rows: skip (report and continue) | fail (stop).")

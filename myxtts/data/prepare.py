@@ -15,7 +15,8 @@ from typing import Dict, List, Optional
 
 from myxtts.data import corpora
 from myxtts.data import metadata as metadata_lib
-from myxtts.data import saved_validation, validation
+from myxtts.data import saved_validation, transcript_check, validation
+from myxtts.data.metadata import ParseProblem
 from myxtts.data.text import TextError, Tokenizer
 from myxtts.data.validation import Item, ValidationReport
 from myxtts.model_info import update_model_info
@@ -81,7 +82,8 @@ def prepare_dataset(config, train_dir: str, val_dir: Optional[str] = None,
         tokenizer = _load_vocabulary(base_vocabulary if extend else vocab_path, d)
 
     def saved_key():
-        return saved_validation.key(d, [train_metadata, val_metadata], [train_dir, val_dir],
+        return saved_validation.key(d, [train_metadata, val_metadata, d.exclude_rows or None],
+                                    [train_dir, val_dir],
                                     base_vocabulary if extend else None, extend)
 
     split_existed = bool(split_path) and os.path.isfile(split_path)
@@ -126,6 +128,13 @@ def _validate(d, train_dir, train_metadata, val_dir, val_metadata, split_path, c
         train_rows, val_rows = metadata_lib.split_rows(train_rows, d.val_fraction, d.seed,
                                                        split_path)
         val_problems = []
+    if d.exclude_rows:
+        listed = transcript_check.read_ids(d.exclude_rows)
+        for rows, problems in ((train_rows, train_problems), (val_rows, val_problems)):
+            problems += [ParseProblem("excluded", r.metadata_path, r.line,
+                                      f"{r.id} (in {d.exclude_rows})")
+                         for r in rows if r.id in listed]
+            rows[:] = [r for r in rows if r.id not in listed]
     report, items, extended = validation.validate(
         {"train": train_rows, "val": val_rows}, {"train": train_problems, "val": val_problems},
         d, os.path.join(cache_dir, "validation_cache.json"), tokenizer, extend_tokenizer=extend)

@@ -61,6 +61,7 @@ RULES: Dict[str, Tuple[str, str]] = {
     "wrong_columns": ("metadata line has a wrong column count", "skipped"),
     "no_transcript": ("audio file without a transcript (LibriTTS, VCTK)", "skipped"),
     "down_voted": ("Common Voice clip with down-votes", "skipped"),
+    "excluded": ("listed in data.exclude_rows", "left out"),
     "duplicate_id": ("id appears twice", "skipped"),
     "missing_file": ("no wavs/<id>.<ext> audio file", "skipped"),
     "unreadable_audio": ("audio cannot be decoded or is truncated", "skipped"),
@@ -80,7 +81,7 @@ RULES: Dict[str, Tuple[str, str]] = {
     "stereo": ("more than one channel", "downmixed"),
     "resampled": ("sample rate differs from data.sample_rate", "resampled"),
 }
-EXCLUDING = {code for code, (_, action) in RULES.items() if action == "skipped"}
+EXCLUDING = {code for code, (_, action) in RULES.items() if action in ("skipped", "left out")}
 EXAMPLES_PER_RULE = 3
 SPEAKERS_LISTED = 12
 CACHE_VERSION = 2
@@ -585,10 +586,13 @@ def enforce(report: ValidationReport, items: Dict[str, List[Item]], data_config)
     """Raises when the policy is 'fail' and rows would be skipped, or when fewer than
     data.min_train_items training rows are usable. The message ends with the summary table."""
     d = data_config
-    if d.validation_policy == "fail" and report.excluded():
-        first = next(p for p in report.problems if p.code in EXCLUDING)
+    # Rows the user listed in data.exclude_rows are a choice, not a problem of the data.
+    found = [p for p in report.problems if p.code in EXCLUDING and p.code != "excluded"]
+    if d.validation_policy == "fail" and found:
+        first = found[0]
         raise DatasetValidationError(
-            f"data.validation_policy is 'fail' and {report.excluded()} row(s) have problems; "
+            f"data.validation_policy is 'fail' and {len({(p.split, p.where) for p in found})} "
+            f"row(s) have problems; "
             f"the first: {first.code} at {first.where}: {first.detail}. Fix or remove these "
             f"rows, or set data.validation_policy: skip to train without them.\n\n"
             + report.table())

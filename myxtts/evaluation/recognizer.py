@@ -73,7 +73,10 @@ class Whisper:
     def hears(self, language: str) -> bool:
         return self.multilingual or is_english(language)
 
-    def transcribe(self, samples, sample_rate: int, language: str = "en") -> str:
+    def transcribe(self, samples, sample_rate: int, language: str = "en",
+                   prompt: Optional[str] = None) -> str:
+        """What it heard; `prompt` is text it takes as said just before (Whisper's initial
+        prompt), which draws its spelling towards that text's."""
         samples = np.asarray(samples, np.float32)
         if samples.size == 0:
             return ""
@@ -83,7 +86,7 @@ class Whisper:
         segments, _ = self._model.transcribe(
             np.clip(samples, -1.0, 1.0), language=language.split("-")[0].split("_")[0].lower(),
             beam_size=BEAM_SIZE, temperature=0.0, condition_on_previous_text=False,
-            without_timestamps=True, vad_filter=False)
+            without_timestamps=True, vad_filter=False, initial_prompt=prompt)
         return " ".join(s.text.strip() for s in segments).strip()
 
 
