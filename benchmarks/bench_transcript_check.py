@@ -1,11 +1,15 @@
 """The transcript check on a corpus with planted faults: how many wrong transcripts it finds,
 how many clean rows it flags, and its rate.
 
-    python samples/make_speech_corpus.py --many-voices --out corpora/tc_report --voices 10 \
-        --minutes 25 --books Isa,Matt --held-out-sets 0 --seed 7
-    python benchmarks/bench_transcript_check.py --corpus corpora/tc_report --out /tmp/tc_planted
+    for vb in slt:Isa awb:Matt rms:Luke kal16:John; do
+      python samples/make_speech_corpus.py --out corpora/tc_${vb%%:*} --engine flite \
+          --voice ${vb%%:*} --books ${vb##*:} --minutes 8 --prefix ${vb%%:*}
+    done
+    python benchmarks/bench_transcript_check.py --corpus corpora/tc_slt corpora/tc_awb \
+        corpora/tc_rms corpora/tc_kal16 --out /tmp/tc_planted
 
-Copies the corpus's metadata.csv with planted faults (seeded): --swapped of the rows get another
+Joins the corpora's metadata.csv (speaker: the folder name unless a row names one) with planted
+faults (seeded): --swapped of the rows get another
 row's transcript, --edited get a word dropped or added (alternately; an added word comes from
 another row), the audio linked, not copied. Then runs the command a user runs,
 `train_main.py --train-data OUT --config configs/tiny.yaml --validate-only
@@ -24,10 +28,21 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def plant(corpus: str, out: str, swapped: float, edited: float, seed: int) -> dict:
-    """Writes out/metadata.csv (+ out/wavs linked) and returns {id: kind} of the planted rows."""
-    with open(os.path.join(corpus, "metadata.csv"), encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("|") for line in f if line.strip()]
+def plant(corpora: list, out: str, swapped: float, edited: float, seed: int) -> dict:
+    """Writes out/metadata.csv (+ out/wavs/ of links) and returns {id: kind} of the planted
+    rows."""
+    rows = []
+    os.makedirs(os.path.join(out, "wavs"))
+    for corpus in corpora:
+        speaker = os.path.basename(os.path.normpath(corpus))
+        with open(os.path.join(corpus, "metadata.csv"), encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    cols = line.rstrip("\n").split("|")
+                    rows.append(cols[:3] + [cols[3] if len(cols) > 3 else speaker])
+        for name in os.listdir(os.path.join(corpus, "wavs")):
+            os.symlink(os.path.abspath(os.path.join(corpus, "wavs", name)),
+                       os.path.join(out, "wavs", name))
     rng = random.Random(seed)
     order = list(range(len(rows)))
     rng.shuffle(order)
@@ -49,8 +64,6 @@ def plant(corpus: str, out: str, swapped: float, edited: float, seed: int) -> di
                 new, kind = " ".join(words[:position] + [word] + words[position:]), "word added"
         row[1] = row[2] = new
         planted[row[0]] = kind
-    os.makedirs(out)
-    os.symlink(os.path.abspath(os.path.join(corpus, "wavs")), os.path.join(out, "wavs"))
     with open(os.path.join(out, "metadata.csv"), "w", encoding="utf-8") as f:
         f.writelines("|".join(r) + "\n" for r in rows)
     with open(os.path.join(out, "planted.json"), "w", encoding="utf-8") as f:
@@ -60,7 +73,8 @@ def plant(corpus: str, out: str, swapped: float, edited: float, seed: int) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", required=True, help="an LJSpeech-layout corpus (English)")
+    parser.add_argument("--corpus", required=True, nargs="+",
+                        help="LJSpeech-layout corpora (English), joined")
     parser.add_argument("--out", default="/tmp/tc_planted")
     parser.add_argument("--swapped", type=float, default=0.05)
     parser.add_argument("--edited", type=float, default=0.02)

@@ -22,6 +22,10 @@ from myxtts.training.checkpoints import CheckpointError  # noqa: E402
 from myxtts.training.trainer import XTTSTrainer  # noqa: E402
 from tests.test_trainer_step import TrainerTestCase  # noqa: E402
 from tests.trainer_probes import batch, devices_of, make_trainer  # noqa: E402
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 ON = dict(xla=False, adversarial_weight=1.0, adversarial_start_step=0,
           discriminator_learning_rate=1e-3)

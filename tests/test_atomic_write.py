@@ -14,6 +14,9 @@ from myxtts.atomic_write import atomic_write
 from tests import children
 from tests.children import atomic_write as child
 
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
+
 OLD = {
     "model_info": ("model_info.json", '{"version": "old"}\n'),
     "vocab": ("vocab.json", '{"old": true}\n'),

@@ -27,6 +27,10 @@ from myxtts.run_directory import step_of as checkpoint_step
 from myxtts.training.checkpoints import CheckpointError
 from myxtts.training.optimization import weight_averages
 from myxtts.training.trainer import XTTSTrainer
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 SAMPLE_DIR = os.path.join(REPO, "samples", "ljspeech_sample")
 

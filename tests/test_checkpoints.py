@@ -29,6 +29,10 @@ from myxtts.training.trainer import TrainingStopped, XTTSTrainer  # noqa: E402
 from tests import children  # noqa: E402
 from tests.trainer_probes import (TOKENIZER, batch, feeder_of, make_trainer,  # noqa: E402
                                   restored_global_state)
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 
 class NanPipeline:

@@ -23,6 +23,10 @@ from myxtts.data import cache as cache_lib  # noqa: E402
 from myxtts.data.feeder import DataStalled  # noqa: E402
 from myxtts.data.pipeline import InputPipeline  # noqa: E402
 from tests.data_samples import REPO, TINY, copy_sample_rows, tiny_config, write_metadata  # noqa: E402
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 ENV = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
 

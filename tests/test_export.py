@@ -30,6 +30,9 @@ from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, REFER
                                      REPO, make_checkpoint, shared_vocoder_checkpoint,
                                      tiny_inference_config)
 
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = "Hello there, World!"
 SIGNATURES = {

@@ -22,6 +22,10 @@ import unittest
 from myxtts import devices
 from tests import children
 from tests.device_harness import REPO
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 BOTH = [["device:CPU:1", "device:CPU:2"]]
 

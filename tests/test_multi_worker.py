@@ -33,6 +33,10 @@ import yaml
 
 from tests import children
 from tests.device_harness import REPO
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 def free_ports(count):
     """Loopback ports the kernel reports free (bound to port 0, then released)."""

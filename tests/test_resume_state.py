@@ -14,6 +14,10 @@ import tests.logical_devices  # noqa: F401  (first: configures the devices befor
 import numpy as np  # noqa: E402
 
 from tests.trainer_probes import batch, make_trainer, restored_global_state  # noqa: E402
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 
 class ResumeStateTest(unittest.TestCase):

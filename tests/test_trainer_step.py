@@ -27,6 +27,10 @@ from myxtts.training.schedules import build_schedule  # noqa: E402
 from myxtts.training.step import TrainStep  # noqa: E402
 from tests.trainer_probes import (batch, devices_of, feeder_of, make_trainer,  # noqa: E402
                                   restored_global_state, split)
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 
 class TrainerTestCase(unittest.TestCase):

@@ -26,6 +26,10 @@ from myxtts.training.schedules import ScheduleClock, build_schedule  # noqa: E40
 from myxtts.training.trainer import XTTSTrainer  # noqa: E402
 from tests.trainer_probes import (TOKENIZER, batch, feeder_of, make_trainer,  # noqa: E402
                                   restored_global_state)
+import pytest
+
+# Trains or exports a model: outside the fast tier (pytest -m "not slow", README).
+pytestmark = pytest.mark.slow
 
 PEAK, FLOOR, DECAY = 1e-3, 0.1, 100
 MINUTES_A_STEP = 2.0
