@@ -257,20 +257,34 @@ def _read_libritts(directory: str, language: str) -> Tuple[List[Row], List[Parse
                     heard.add(uid)
                     rows.append(Row(uid, cols[-1].strip(), speaker, language, audio.get(uid),
                                     tsv[0], number))
+                problems += _untranscribed(audio, heard)
             else:
-                for name, path in names:
-                    if not name.endswith(".normalized.txt"):
-                        continue
-                    uid = name[:-len(".normalized.txt")]
-                    text = _read_text(path)
-                    if text is None:
-                        problems.append(ParseProblem("non_utf8", path, 1, "not UTF-8"))
-                        continue
-                    heard.add(uid)
-                    rows.append(Row(uid, text, speaker, language, audio.get(uid), path, 1))
-            problems += [ParseProblem("no_transcript", path, 0, os.path.basename(path))
-                         for uid, path in sorted(audio.items()) if uid not in heard]
+                _text_file_rows(names, ".normalized.txt", speaker, language, audio, rows,
+                                problems)
     return rows, problems
+
+
+def _untranscribed(audio: Dict[str, str], heard) -> List[ParseProblem]:
+    return [ParseProblem("no_transcript", path, 0, os.path.basename(path))
+            for uid, path in sorted(audio.items()) if uid not in heard]
+
+
+def _text_file_rows(names: List[Tuple[str, str]], suffix: str, speaker: str, language: str,
+                    audio: Dict[str, str], rows: List[Row], problems: List[ParseProblem]) -> None:
+    """Adds a row for each <id><suffix> transcript file among `names` (audio: id -> file), and
+    a no_transcript problem for each audio file without one."""
+    heard = set()
+    for name, path in names:
+        if not name.endswith(suffix):
+            continue
+        uid = name[:-len(suffix)]
+        text = _read_text(path)
+        if text is None:
+            problems.append(ParseProblem("non_utf8", path, 1, "not UTF-8"))
+            continue
+        heard.add(uid)
+        rows.append(Row(uid, text, speaker, language, audio.get(uid), path, 1))
+    problems += _untranscribed(audio, heard)
 
 
 def _read_vctk(directory: str, language: str,
@@ -287,20 +301,9 @@ def _read_vctk(directory: str, language: str,
         by_id = {stem[:-len(mic) - 1]: p for stem, p in audio.items() if stem.endswith("_" + mic)}
         by_id.update({stem: p for stem, p in audio.items()
                       if not stem.endswith(("_mic1", "_mic2"))})
-        heard = set()
         txt_dir = speakers[speaker]
-        for name, path in (_files(txt_dir) if txt_dir else []):
-            if not name.endswith(".txt"):
-                continue
-            uid = name[:-4]
-            text = _read_text(path)
-            if text is None:
-                problems.append(ParseProblem("non_utf8", path, 1, "not UTF-8"))
-                continue
-            heard.add(uid)
-            rows.append(Row(uid, text, speaker, language, by_id.get(uid), path, 1))
-        problems += [ParseProblem("no_transcript", path, 0, os.path.basename(path))
-                     for uid, path in sorted(by_id.items()) if uid not in heard]
+        _text_file_rows(_files(txt_dir) if txt_dir else [], ".txt", speaker, language, by_id,
+                        rows, problems)
     return rows, problems
 
 
