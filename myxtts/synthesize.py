@@ -29,8 +29,8 @@ utterance, a pause between them), so a player starts before synthesis ends:
 
     myxtts-synthesize --checkpoint-dir runs/tiny --voice v.npz --text "Hello." --output - | aplay
 
-A text of several sentences is spoken sentence by sentence (each decoded on its own, with the
-same voice, a short pause between them).
+A text of several sentences is spoken with the same voice, a short pause between its sentences;
+they decode together as one batch (Synthesizer.synthesize_batch; streamed, one after another).
 
 Problems the user can fix (missing checkpoint, unknown language, characters outside the saved
 vocabulary, unreadable reference audio, a voice file that is not one or is another model's) are
@@ -251,7 +251,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             first = _stream_to_file(synth, pieces, language_id, latents, path, started)
             samples, frames = sf.info(path).frames, None
         else:
-            results = [synth.synthesize_detailed(ids, language_id, latents) for ids in pieces]
+            results = synth.synthesize_batch(pieces, language_id, latents)
             waveform, mel = synth.join_sentences(results)
             sf.write(path, waveform, synth.sample_rate, subtype="PCM_16")
             samples, frames, first = len(waveform), mel.shape[0], None

@@ -12,9 +12,10 @@
     result = synth.synthesize_detailed(synth.encode("Hello.", "en"), synth.language_id("en"),
                                        latents)  # + .alignment, .ended_by_stop (Synthesis)
 
-A text of several sentences is cut into sentences (TextFrontEnd.sentences), each decoded
-on its own with the same voice and joined with streaming.SENTENCE_PAUSE_SECONDS of silence, in
-`synthesize` and in `stream` alike.
+A text of several sentences is cut into sentences (TextFrontEnd.sentences) and spoken with the
+same voice, joined with streaming.SENTENCE_PAUSE_SECONDS of silence, in `synthesize` and in
+`stream` alike; `synthesize` decodes the sentences together as a batch (`synthesize_batch`),
+`stream` one after another.
 
 Decoding is the model's XLA-compiled autoregressive loop (XTTSModel.generate(jit_compile=True));
 token sequences are padded to a multiple of TOKEN_PADDING so texts of similar length share one
@@ -42,7 +43,7 @@ from myxtts.inference.model_decoder import ModelDecoder
 from myxtts.inference.reference_audio import (ReferenceAudioError, load_reference,
                                               reference_sample_count)
 from myxtts.inference.text_front_end import TextFrontEnd
-from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder, trim_to_longest
+from myxtts.inference.vocoding import GRIFFIN_LIM_ITERATIONS, GriffinLimVocoder
 from myxtts.inference.voice_adaptation import (ADAPT_LEARNING_RATE, ADAPT_STEPS,
                                                AdaptationRecording, AdaptedWeights, VoiceAdapter)
 from myxtts.inference.voices import Voice, conditioning_fingerprint, decoder_fingerprint
@@ -50,6 +51,7 @@ from myxtts.inference.voices import Voice, conditioning_fingerprint, decoder_fin
 logger = logging.getLogger("myxtts.inference")
 
 TOKEN_PADDING = 16
+BATCH_SENTENCES = 8  # the most sentences of one text decoded as one batch (synthesize_batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,9 +224,8 @@ class Synthesizer:
     def synthesize(self, text: str, language: str, latents) -> Tuple[np.ndarray, np.ndarray]:
         """(waveform float32 [S] at data.sample_rate, log10 mel float32 [T, n_mels]) of every
         sentence of `text`, joined with pauses (`join_sentences`)."""
-        language_id = self.language_id(language)
-        return self.join_sentences([self.synthesize_detailed(ids, language_id, latents)
-                                    for ids in self.sentences(text, language)])
+        return self.join_sentences(self.synthesize_batch(self.sentences(text, language),
+                                                         self.language_id(language), latents))
 
     def join_sentences(self, results: Sequence[Synthesis]) -> Tuple[np.ndarray, np.ndarray]:
         """(waveform, mel) of several sentences' syntheses, a pause of silence
@@ -292,22 +293,51 @@ class Synthesizer:
         """Waveform, mel, text alignment and how decoding ended, for one token sequence.
         `padded_length` (>= len(ids)): pad the tokens to exactly this many instead of the next
         multiple of TOKEN_PADDING (the result does not depend on it)."""
-        padded = padded_length or -(-len(ids) // TOKEN_PADDING) * TOKEN_PADDING
-        if padded < len(ids):
-            raise ValueError(f"padded_length {padded} < {len(ids)} tokens")
-        tokens = np.zeros([1, padded], np.int32)
-        tokens[0, : len(ids)] = ids
-        out = self.model.generate(tf.constant(tokens), tf.constant([len(ids)], tf.int32),
-                                  tf.constant([language_id], tf.int32), latents,
-                                  max_steps=self.max_decoder_steps, jit_compile=True)
-        frames = int(out["mel_lengths"][0])
-        mel = trim_to_longest(out["mel"], out["mel_lengths"])
-        waveform, waveform_lengths = self.vocoder(mel, out["mel_lengths"])
+        return self.synthesize_batch([ids], language_id, latents, padded_length)[0]
+
+    def synthesize_batch(self, sentences: Sequence[List[int]], language_id: int, latents,
+                         padded_length: Optional[int] = None) -> List[Synthesis]:
+        """`synthesize_detailed` of every token sequence of `sentences`, in order, with one
+        voice: the sentences decode together, up to BATCH_SENTENCES of similar length in one
+        batch (every decoder step runs once for the batch, which a CPU's cores, idle in a
+        one-sentence decode, pay little more for), each then vocoded on its own. Each result
+        equals the sentence decoded alone up to float rounding (tests/test_synthesize.py)."""
+        results: List[Optional[Synthesis]] = [None] * len(sentences)
+        for rows in sentence_batches([len(ids) for ids in sentences]):
+            for row, result in zip(rows, self._decode_batch(
+                    [sentences[k] for k in rows], language_id, latents, padded_length)):
+                results[row] = result
+        return results
+
+    def _decode_batch(self, sentences: Sequence[List[int]], language_id: int, latents,
+                      padded_length: Optional[int]) -> List[Synthesis]:
+        longest = max(len(ids) for ids in sentences)
+        padded = padded_length or -(-longest // TOKEN_PADDING) * TOKEN_PADDING
+        if padded < longest:
+            raise ValueError(f"padded_length {padded} < {longest} tokens")
+        tokens = np.zeros([len(sentences), padded], np.int32)
+        for row, ids in enumerate(sentences):
+            tokens[row, : len(ids)] = ids
+        latents = tf.convert_to_tensor(latents, tf.float32)
+        out = self.model.generate(
+            tf.constant(tokens), tf.constant([len(ids) for ids in sentences], tf.int32),
+            tf.fill([len(sentences)], tf.constant(language_id, tf.int32)),
+            tf.tile(latents, [len(sentences), 1, 1]),
+            max_steps=self.max_decoder_steps, jit_compile=True)
         r = self.config.model.reduction_factor
-        max_frames = self.max_frames(len(ids))
-        return Synthesis(waveform[0, : int(waveform_lengths[0])].numpy(), mel[0, :frames].numpy(),
-                         out["alignments"][0, : -(-frames // r), : len(ids)].numpy(),
-                         ended_by_stop=bool(out["stopped"][0]), max_frames=max_frames)
+        lengths = out["mel_lengths"].numpy()
+        mel, alignments, stopped = out["mel"].numpy(), out["alignments"], out["stopped"].numpy()
+        results = []
+        for row, ids in enumerate(sentences):
+            frames = int(lengths[row])
+            # Vocoded alone: a batch's padding would reach into Griffin-Lim's last frames.
+            waveform, waveform_lengths = self.vocoder(mel[row: row + 1, :frames],
+                                                      lengths[row: row + 1])
+            results.append(Synthesis(
+                waveform[0, : int(waveform_lengths[0])].numpy(), mel[row, :frames],
+                alignments[row, : -(-frames // r), : len(ids)].numpy(),
+                ended_by_stop=bool(stopped[row]), max_frames=self.max_frames(len(ids))))
+        return results
 
     def teacher_forced_mel(self, ids: List[int], language_id: int, reference_mel,
                            recorded_mel) -> np.ndarray:
@@ -330,6 +360,16 @@ class Synthesizer:
 
     def max_frames(self, num_tokens: int) -> int:
         return self.front_end.max_frames(num_tokens)
+
+
+def sentence_batches(lengths: Sequence[int], size: int = BATCH_SENTENCES) -> List[List[int]]:
+    """The indices of sentences of `lengths` tokens in batches of at most `size`, each of
+    neighbours by length (a batch decodes until its longest sentence ends), in as few batches
+    as `size` allows."""
+    by_length = sorted(range(len(lengths)), key=lambda k: lengths[k])
+    count = -(-len(lengths) // size)
+    return [by_length[k * len(lengths) // count: (k + 1) * len(lengths) // count]
+            for k in range(count)]
 
 
 def warn_length_cap(what: str, max_frames: int, sample_rate: int, hop_length: int,
