@@ -1,5 +1,5 @@
-"""Sentence splitting before synthesis: a paragraph → its sentences, each decoded on its own (the
-model caps the tokens of one text and the frames of one decode), and a sentence still too long →
+"""Sentence splitting before synthesis: a paragraph → its sentences, each its own decode or its
+own row of a batch (the model caps the tokens of one text and the frames of one decode), and a sentence still too long →
 pieces at clauses, then words. Imports no TensorFlow: the Synthesizer, a server and an on-device
 runtime all split text with it.
 
