@@ -1,7 +1,7 @@
 """Sentence splitting before synthesis: a paragraph → its sentences, each its own decode or its
-own row of a batch (the model caps the tokens of one text and the frames of one decode), and a sentence still too long →
-pieces at clauses, then words. Imports no TensorFlow: the Synthesizer, a server and an on-device
-runtime all split text with it.
+own row of a batch (the model caps the tokens of one text and the frames of one decode), and a
+sentence still too long → pieces at clauses, then words. Imports no TensorFlow: the
+Synthesizer, a server and an on-device runtime all split text with it.
 
     split_sentences("Dr. Smith left. He came back!", "en")  # ["Dr. Smith left.", "He came back!"]
     split_sentences(paragraph, "de", 120, length=lambda s: len(encode(s)))

@@ -299,9 +299,10 @@ class Synthesizer:
                          padded_length: Optional[int] = None) -> List[Synthesis]:
         """`synthesize_detailed` of every token sequence of `sentences`, in order, with one
         voice: the sentences decode together, up to BATCH_SENTENCES of similar length in one
-        batch (every decoder step runs once for the batch, which a CPU's cores, idle in a
-        one-sentence decode, pay little more for), each then vocoded on its own. Each result
-        equals the sentence decoded alone up to float rounding (tests/test_synthesize.py)."""
+        batch, each then vocoded on its own. One compilation serves the batch (not one per
+        padded sentence length); once compiled, a batch step costs about its rows' steps
+        alone on a CPU (docs/serving.md, "Batched sentences"). Each result equals the sentence
+        decoded alone up to float rounding (tests/test_synthesize.py)."""
         results: List[Optional[Synthesis]] = [None] * len(sentences)
         for rows in sentence_batches([len(ids) for ids in sentences]):
             for row, result in zip(rows, self._decode_batch(
