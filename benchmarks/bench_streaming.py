@@ -61,7 +61,7 @@ sys.path.insert(0, REPO)
 
 from myxtts.config import XTTSConfig  # noqa: E402
 from myxtts.data.text import Tokenizer, clean_text  # noqa: E402
-from myxtts.inference import streaming  # noqa: E402
+from myxtts.decoding import scheduler  # noqa: E402
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint  # noqa: E402
 from myxtts.inference.synthesizer import Synthesizer  # noqa: E402
 from myxtts.inference.vocoding import (FEATURE_FIELDS, GRIFFIN_LIM_ITERATIONS,  # noqa: E402
@@ -253,7 +253,7 @@ def main():
     parser.add_argument("--presets", default="tiny,quick,small")
     parser.add_argument("--vocoders", default="griffin-lim,vocos")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--chunk-steps", type=int, default=streaming.CHUNK_STEPS,
+    parser.add_argument("--chunk-steps", type=int, default=scheduler.CHUNK_STEPS,
                         help="decoder steps per chunk after the first")
     parser.add_argument("--first-chunk-steps", type=int, default=None,
                         help="decoder steps of each sentence's first chunk (default: the "

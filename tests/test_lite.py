@@ -243,10 +243,10 @@ def test_two_threads_stepping_two_decodes_take_turns_in_the_runtime(exported):
               for text in TEXTS[1:]]
 
     def decode(ids, language_id):
-        state = decoder.start(ids, language_id, latents)
+        state = decoder.start_batch([ids], [language_id], latents)
         while not state.done:
             state = decoder.steps(state, decoder.steps_per_call)
-        return decoder.frames(state, 0, state.length)
+        return decoder.batch_frames(state, 0, state.length)[0]
 
     alone = [decode(*item) for item in inputs]
     watched = decoder._loop = _WatchedLoop(decoder._loop)  # pylint: disable=protected-access

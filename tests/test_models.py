@@ -497,7 +497,7 @@ class ReferenceMatchingTest(unittest.TestCase):
     def test_the_streamed_decode_matches_its_windows_as_the_whole_decode(self):
         """The streaming driver's postnet windows (ModelDecoder) give the whole decode's mel."""
         from myxtts.inference.model_decoder import ModelDecoder
-        from myxtts.inference.streaming import decoded_chunks
+        from myxtts.inference.streaming import postnet_chunks
         b = self.batch
         length = int(b["token_lengths"][0])
         threshold = self.model.stop_threshold
@@ -506,7 +506,7 @@ class ReferenceMatchingTest(unittest.TestCase):
             whole = self.model.generate(b["tokens"][:1], b["token_lengths"][:1],
                                         b["language_ids"][:1], self.latents[:1], max_steps=40)
             decoder = ModelDecoder(self.model, 40, token_padding=1, jit_compile=False)
-            chunks = [mel for mel, _, _, _ in decoded_chunks(
+            chunks = [mel for mel, _, _, _ in postnet_chunks(
                 decoder, b["tokens"][0, :length].numpy().tolist(), int(b["language_ids"][0]),
                 self.latents[:1], first_chunk_steps=2, chunk_steps=4) if mel is not None]
         finally:
@@ -759,6 +759,53 @@ class GenerateTest(ModelTestCase):
         self.assertLessEqual(_max_diff(out["mel"], whole["mel"]), 1e-5)
         self.assertLessEqual(_max_diff(out["alignments"], whole["alignments"]), 1e-5)
         np.testing.assert_array_equal(out["stopped"].numpy(), whole["stopped"].numpy())
+
+    def test_rows_leaving_the_schedulers_batch_leave_the_others_unchanged(self):
+        """The checkpoint's decode backend through the one chunk scheduler: the row the length
+        cap ends first and a row the caller drops leave the batch (ModelDecoder.select); the
+        row that stays gets the frames it gets alone, and its postnet gives the whole mel."""
+        from myxtts.decoding import scheduler
+        from myxtts.inference.model_decoder import ModelDecoder
+        b = random_batch(self.config, token_lengths=(7, 2, 6), mel_lengths=(20, 13, 9),
+                         ref_lengths=(12, 7, 10))
+        tokens, token_lengths, language_ids = b["tokens"], b["token_lengths"], b["language_ids"]
+        latents = self.model.speaker_latents(b["ref_mel"], b["ref_lengths"])
+        sentences = [tokens[k, : int(token_lengths[k])].numpy().tolist() for k in range(3)]
+        threshold = self.model.stop_threshold
+        self.model.stop_threshold = 0.99999  # the untrained stop head would stop at once
+        try:
+            whole = self.model.generate(tokens, token_lengths, language_ids, latents,
+                                        max_steps=32)
+            decoder = ModelDecoder(self.model, 32, token_padding=1, jit_compile=False)
+
+            def decode(rows, drop=None):
+                """{row: its frames} of a decode of `rows`; row `drop` unwanted after 2 chunks."""
+                state = decoder.start_batch([sentences[k] for k in rows],
+                                            language_ids.numpy()[rows], tf.gather(latents, rows))
+                got, ended, unwanted = {k: [] for k in rows}, set(), set()
+                for chunk in scheduler.decoded_chunks(decoder, state, rows, 2, 4,
+                                                      leaves=lambda k: k in unwanted):
+                    self.assertEqual([row.row for row in chunk],
+                                     [k for k in rows if k not in ended | unwanted])
+                    for row in chunk:
+                        got[row.row].append(row.frames)
+                        if row.done:
+                            ended.add(row.row)
+                    if len(got.get(drop, ())) == 2:
+                        unwanted.add(drop)
+                return {k: np.concatenate(v) for k, v in got.items()}, ended
+
+            together, ended = decode([0, 1, 2], drop=2)
+            self.assertEqual(ended, {0, 1})
+            alone = decode([0])[0]
+        finally:
+            self.model.stop_threshold = threshold
+        length = int(whole["mel_lengths"][0])
+        self.assertEqual(len(together[0]), length)
+        self.assertLess(len(together[1]), length)
+        np.testing.assert_allclose(together[0], alone[0], atol=1e-5)
+        mel = decoder.postnet_batch(together[0][None], 0, latents[:1].numpy())[0]
+        np.testing.assert_allclose(mel, whole["mel"][0, :length], atol=1e-4)
 
     def test_xla_decode_matches_graph_decode(self):
         args = self._inputs()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from myxtts.decoding import scheduler
 from myxtts.inference import streaming
 from myxtts.inference.model_decoder import ModelDecoder
 from myxtts.inference.synthesizer import TOKEN_PADDING, Synthesizer
@@ -84,31 +85,18 @@ def test_ahead_keeps_order_raises_the_producers_error_and_stops_when_closed():
     assert len(produced) <= 4
 
 
-class _Recording:
-    """A decoder that records how many frames were decoded each time the driver asked."""
+class _Recording(ModelDecoder):
+    """A checkpoint's decoder that records how many frames were decoded each time the driver
+    asked."""
 
-    def __init__(self, decoder):
-        self.decoder = decoder
-        self.postnet_context = decoder.postnet_context
-        self.reduction_factor = decoder.reduction_factor
+    def __init__(self, *args):
+        super().__init__(*args)
         self.decoded = []
 
-    def start(self, *args):
-        return self.decoder.start(*args)
-
-    def steps(self, state, n):
-        return self.decoder.steps(state, n)
-
-    def progress(self, state):
-        done, frames, by_stop = self.decoder.progress(state)
-        self.decoded.append(frames)
+    def batch_progress(self, state):
+        done, frames, by_stop = super().batch_progress(state)
+        self.decoded.append(int(frames[0]))
         return done, frames, by_stop
-
-    def frames(self, *args):
-        return self.decoder.frames(*args)
-
-    def postnet(self, *args):
-        return self.decoder.postnet(*args)
 
 
 @pytest.mark.slow
@@ -167,7 +155,7 @@ class StreamingTest(unittest.TestCase):
         ids = synth.encode(TEXT, "en")
         stop = synth.model.decoder.stop_projection
         kernel, bias = stop.kernel.numpy(), stop.bias.numpy()
-        chunk_steps, first = 5, streaming.default_first_chunk_steps(
+        chunk_steps, first = 5, scheduler.default_first_chunk_steps(
             synth._stream_decoder, synth.vocoder.receptive_field, 256)  # pylint: disable=protected-access
         r = synth.model.reduction_factor
         try:
@@ -203,7 +191,7 @@ class StreamingTest(unittest.TestCase):
     def test_first_chunk_comes_before_the_decode_ends(self):
         synth = self.synths["vocos"]
         ids = synth.encode(TEXT, "en")
-        decoder = _Recording(ModelDecoder(synth.model, MAX_STEPS, TOKEN_PADDING))
+        decoder = _Recording(synth.model, MAX_STEPS, TOKEN_PADDING)
         chunks = streaming.stream_decode(decoder, synth.vocoder, 16000, 256, [ids], 0,
                                          self.latents, chunk_steps=5)
         first = next(chunks)

@@ -52,11 +52,11 @@ from tensorflow.python.framework.convert_to_constants import (  # no public equi
 from myxtts.atomic_write import atomic_write
 from myxtts.data import audio_math
 from myxtts.data.audio import LogMel, mel_filterbank
+from myxtts.decoding.scheduler import CHUNK_STEPS, CROSSFADE_SAMPLES
 from myxtts.exporters.registry import register
 from myxtts.exporters.versions import publish_version
 from myxtts.inference.checkpoint_loading import load_checkpoint
 from myxtts.inference.reference_audio import reference_sample_count
-from myxtts.inference.streaming import CHUNK_STEPS, CROSSFADE_SAMPLES
 from myxtts.inference.synthesizer import TOKEN_PADDING
 from myxtts.inference.text_front_end import sentence_token_budget
 from myxtts.inference.vocoding import GRIFFIN_LIM_CONTEXT, load_vocoder

@@ -29,6 +29,8 @@ import tensorflow as tf
 
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
+from myxtts.decoding import scheduler
+from myxtts.decoding.backend import DecodeBackend, padded_length, padded_tokens
 from myxtts.errors import MyXTTSError
 from myxtts.inference import streaming
 from myxtts.inference.reference_audio import load_reference
@@ -59,11 +61,9 @@ def _shown(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-class ExportedDecoder:
-    """The decoder interface of stream_decode over the streaming signatures; the state is the
-    dict of tensors decode_start and decode_steps pass around. A state may hold several items
-    (start_batch; myxtts.serving decodes concurrent requests together): the single-item
-    methods stream_decode uses read item 0."""
+class ExportedDecoder(DecodeBackend):
+    """The decode backend over the streaming signatures; the state is the dict of tensors
+    decode_start and decode_steps pass around."""
 
     def __init__(self, signatures, info):
         self._start = signatures["decode_start"]
@@ -82,45 +82,26 @@ class ExportedDecoder:
 
     def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],
                     latents):
-        """The state of a decode of every token sequence of `sentences` (latents [B, L, d])."""
-        longest = max(len(ids) for ids in sentences)
-        padded = -(-longest // self.token_padding) * self.token_padding
-        tokens = np.zeros([len(sentences), padded], np.int32)
-        for row, ids in enumerate(sentences):
-            tokens[row, : len(ids)] = ids
+        tokens = padded_tokens(sentences, padded_length(sentences, self.token_padding))
         return self._start(tokens=tf.constant(tokens),
                            token_lengths=tf.constant([len(ids) for ids in sentences], tf.int32),
                            language_ids=tf.constant(list(language_ids), tf.int32),
                            speaker_latents=tf.convert_to_tensor(latents, tf.float32))
 
-    def start(self, ids, language_id: int, latents):
-        return self.start_batch([ids], [language_id], latents)
-
     def steps(self, state, steps: int):
         return self._steps(steps=tf.constant(steps, tf.int32), **state)
 
     def batch_progress(self, state) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(ended [B] bool, frames so far [B] (an item's length once ended), ended by the stop
-        head [B])."""
         done = state["done"].numpy()
         frames = np.where(done, state["lengths"].numpy(),
                           int(state["step"]) * self.reduction_factor)
         return done, frames, state["by_stop"].numpy()
 
-    def progress(self, state) -> Tuple[bool, int, bool]:
-        done, frames, by_stop = self.batch_progress(state)
-        return bool(done[0]), int(frames[0]), bool(by_stop[0])
-
     def batch_frames(self, state, first: int, last: int) -> np.ndarray:
-        """Decoded frames [first, last) of every item, [B, last - first, n_mels]: a frame past
-        an item's end is padding."""
         r = self.reduction_factor
         steps = state["frames"][first // r: -(-last // r)].numpy()  # [steps, B, r * n_mels]
         frames = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1, self.n_mels)
         return frames[:, first - (first // r) * r:][:, : last - first]
-
-    def frames(self, state, first: int, last: int) -> np.ndarray:
-        return self.batch_frames(state, first, last)[0]
 
     @functools.cached_property
     def _batch_axes(self) -> Dict[str, Optional[int]]:
@@ -140,15 +121,10 @@ class ExportedDecoder:
         return self._start.structured_input_signature[1]["speaker_latents"].shape[1:].as_list()
 
     def select(self, state, rows: Sequence[int]):
-        """The state of items `rows` only (in that order): ended items leave a batch."""
         rows = tf.constant(list(rows), tf.int32)
         return {name: value if self._batch_axes[name] is None else
                 tf.gather(value, rows, axis=self._batch_axes[name])
                 for name, value in state.items()}
-
-    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
-        return self.postnet_batch(mel_before[None], first_frame,
-                                  latents=np.reshape(latents, (1,) + np.shape(latents)[-2:]))[0]
 
     def postnet_batch(self, mel_before: np.ndarray, first_frame: int, latents: np.ndarray,
                       postnet_weights: Optional[np.ndarray] = None) -> np.ndarray:
@@ -298,7 +274,7 @@ class ExportedModel:
     # ---- streaming -------------------------------------------------------------------------
     def stream(self, text: str, language: str, latents, *,
                first_chunk_steps: Optional[int] = None,
-               chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
+               chunk_steps: int = scheduler.CHUNK_STEPS) -> Iterator[np.ndarray]:
         """Synthesizer.stream over the SavedModel: chunks of every sentence, pauses between."""
         sentences, language_id = self.sentences(text, language)
         yield from self.stream_sentences(sentences, language_id, latents,
@@ -307,7 +283,7 @@ class ExportedModel:
 
     def stream_sentences(self, sentences, language_id: int, latents, *,
                          first_chunk_steps: Optional[int] = None,
-                         chunk_steps: int = streaming.CHUNK_STEPS,
+                         chunk_steps: int = scheduler.CHUNK_STEPS,
                          ends: Optional[List[streaming.StreamEnd]] = None
                          ) -> Iterator[np.ndarray]:
         """Synthesizer.stream_sentences over the SavedModel."""

@@ -1,17 +1,21 @@
-"""The decode of a checkpoint's XTTSModel as a decoder for myxtts.inference.streaming's driver:
-start_decode and decode_steps as (XLA-)compiled functions, the state kept as tensors."""
+"""The decode of a checkpoint's XTTSModel as a decode backend (myxtts.decoding.backend):
+start_decode and decode_steps as (XLA-)compiled functions, the state (xtts.DecodeState) kept as
+tensors between calls."""
 
 from __future__ import annotations
 
 import functools
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from myxtts.decoding.backend import DecodeBackend, padded_length, padded_tokens
+from myxtts.models.xtts import batch_axes
 
-class ModelDecoder:
-    """The decode of a checkpoint's XTTSModel for `stream_decode`: start_decode and
+
+class ModelDecoder(DecodeBackend):
+    """The decode of a checkpoint's XTTSModel for the chunk scheduler: start_decode and
     decode_steps as (XLA-)compiled functions, the state kept as tensors between calls."""
 
     def __init__(self, model, max_steps: int, token_padding: int, jit_compile: bool = True):
@@ -20,43 +24,64 @@ class ModelDecoder:
         self.n_mels = model.n_mels
         self.postnet_context = model.postnet.receptive_field
         self.token_padding = token_padding
+        self._guided = model.config.voice_guidance > 0  # each row twice: voiced, then null
         self._start = tf.function(functools.partial(model.start_decode, max_steps=max_steps),
                                   jit_compile=jit_compile, reduce_retracing=True)
         self._steps = tf.function(model.decode_steps, jit_compile=jit_compile,
                                   reduce_retracing=True)
         self._postnet = tf.function(self._postnet_window, reduce_retracing=True)
 
-    def start(self, ids, language_id: int, latents):
-        padded = -(-len(ids) // self.token_padding) * self.token_padding
-        tokens = np.zeros([1, padded], np.int32)
-        tokens[0, : len(ids)] = ids
-        return self._start(tf.constant(tokens), tf.constant([len(ids)], tf.int32),
-                           tf.constant([language_id], tf.int32),
+    def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],
+                    latents):
+        tokens = padded_tokens(sentences, padded_length(sentences, self.token_padding))
+        return self._start(tf.constant(tokens),
+                           tf.constant([len(ids) for ids in sentences], tf.int32),
+                           tf.constant(list(language_ids), tf.int32),
                            tf.convert_to_tensor(latents, tf.float32))
 
     def steps(self, state, steps: int):
         return self._steps(state, tf.constant(steps, tf.int32))
 
-    def progress(self, state) -> Tuple[bool, int, bool]:
-        """(ended, its frames so far (its length once ended), ended by the stop head)."""
-        done = bool(state.done[0])
-        frames = int(state.lengths[0]) if done else int(state.step) * self.reduction_factor
-        return done, frames, bool(state.by_stop[0])
+    def _rows(self, state) -> int:
+        """Rows of the decode (with voice guidance the state holds each twice)."""
+        items = int(state.done.shape[0])
+        return items // 2 if self._guided else items
 
-    def frames(self, state, first: int, last: int) -> np.ndarray:
-        """Decoded frames [first, last) before the postnet, [last - first, n_mels]."""
-        return tf.reshape(state.frames[:, 0], [-1, self.n_mels])[first:last].numpy()
+    def batch_progress(self, state) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        b = self._rows(state)
+        done = state.done.numpy()[:b]
+        frames = np.where(done, state.lengths.numpy()[:b],
+                          int(state.step) * self.reduction_factor)
+        return done, frames, state.by_stop.numpy()[:b]
 
-    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
-        """The postnet over a window of decoded frames [T, n_mels] of a decode with the
-        speaker latents [1, L, d], as the whole decode outputs it (matched to the reference
-        with model.reference_matching)."""
+    def batch_frames(self, state, first: int, last: int) -> np.ndarray:
+        r, b = self.reduction_factor, self._rows(state)
+        steps = state.frames[first // r: -(-last // r), :b].numpy()  # [steps, B, r * n_mels]
+        frames = steps.transpose(1, 0, 2).reshape(b, -1, self.n_mels)
+        return frames[:, first - (first // r) * r:][:, : last - first]
+
+    def select(self, state, rows: Sequence[int]):
+        rows = list(rows)
+        if self._guided:  # the null-voice copy of row k is row k + B
+            b = self._rows(state)
+            rows = rows + [row + b for row in rows]
+        rows = tf.constant(rows, tf.int32)
+        return tf.nest.map_structure(
+            lambda value, axis: value if axis is None else tf.gather(value, rows, axis=axis),
+            state, batch_axes(state))
+
+    def postnet_batch(self, mel_before: np.ndarray, first_frame: int, latents: np.ndarray,
+                      postnet_weights=None) -> np.ndarray:
+        """The postnet over windows [B, T, n_mels] of decoded frames, matched to the reference
+        with model.reference_matching, as the whole decode outputs it."""
         del first_frame  # neither depends on where a window starts
+        if postnet_weights is not None:
+            raise ValueError("a checkpoint's decoder runs its own postnet: an adapted voice's "
+                             "postnet goes into the model (myxtts.inference.voice_adaptation)")
         return self._postnet(tf.constant(mel_before, tf.float32),
                              tf.convert_to_tensor(latents, tf.float32)).numpy()
 
     def _postnet_window(self, mel_before, latents):
-        """The postnet over decoded frames [T, n_mels], every one valid."""
-        mask = tf.ones([1, tf.shape(mel_before)[0]], tf.bool)
-        return self.model.reference_matched(self.model.postnet(mel_before[None], mask),
-                                            latents)[0]
+        """The postnet over decoded frames [B, T, n_mels], every one valid."""
+        mask = tf.ones(tf.shape(mel_before)[:2], tf.bool)
+        return self.model.reference_matched(self.model.postnet(mel_before, mask), latents)

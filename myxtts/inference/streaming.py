@@ -1,9 +1,10 @@
 """Streaming synthesis: waveform chunks while the decoder is still running.
 
-One driver, `stream_decode`, runs the model's decode a few steps at a time through a decoder
-(myxtts.inference.model_decoder.ModelDecoder: a checkpoint's XTTSModel;
-myxtts.inference.exported_model.ExportedDecoder: the streaming signatures of an exported
-SavedModel; myxtts.lite: a LiteRT or ONNX export) and passes each chunk's new frames through
+One driver, `stream_decode`, runs the model's decode a chunk of steps at a time
+(myxtts.decoding.scheduler) through a decode backend (myxtts.decoding.backend:
+myxtts.inference.model_decoder.ModelDecoder, a checkpoint's XTTSModel;
+myxtts.inference.exported_model.ExportedDecoder, the streaming signatures of an exported
+SavedModel; myxtts.lite, a LiteRT or ONNX export) and passes each chunk's new frames through
 two windowed stages, the postnet and the vocoder:
 
     decoder steps ──frames──▶ postnet window ──mel──▶ vocoder window ──samples──▶ yield
@@ -13,32 +14,31 @@ receptive field: `model.postnet.receptive_field`, the vocoder's `receptive_field
 emits the outputs of the frames that have c frames of right context, running on a window that
 starts c frames before the first of them; the window's edges fall where the outputs are not
 used. With the postnet and a neural vocoder the joined chunks therefore equal whole-utterance
-synthesis up to float rounding; vocoder windows are still joined with a short linear crossfade
-(CROSSFADE_SAMPLES) over samples both windows computed, which hides what a too-small context
-would leave (Griffin-Lim, whose phases depend on all the frames a window holds). The last
+synthesis up to float rounding; vocoder windows are still joined with a short linear
+crossfade (scheduler.CROSSFADE_SAMPLES) over samples both windows computed, which hides what a
+too-small context would leave (Griffin-Lim, whose phases depend on all the frames a window
+holds). The last
 chunk comes when the stop head or the length cap ends the item: its window runs to the end.
 
 The first chunk is small (`first_chunk_steps`, by default just enough frames for the two
-stages' context plus FIRST_AUDIO_FRAMES of audio) to get audio out early; each later chunk has
-twice the steps of the one before, up to `chunk_steps`, for throughput (every window recomputes
-its stages' context, a share that falls as chunks grow).
+stages' context plus a few frames of audio: scheduler.default_first_chunk_steps) to get audio
+out early; each later chunk has twice the steps of the one before, up to `chunk_steps`, for
+throughput (every window recomputes its stages' context, a share that falls as chunks grow).
 
 Imports no TensorFlow: the decoders bring their own runtime.
 """
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-CROSSFADE_SAMPLES = 256  # 16 ms at 16 kHz
+from myxtts.decoding import scheduler
+
 SENTENCE_PAUSE_SECONDS = 0.25  # silence between the sentences of one text
-CHUNK_STEPS = 64  # the most decoder steps per chunk (chunks double up to it)
-FIRST_AUDIO_FRAMES = 8  # mel frames of audio the default first chunk yields
 
 
 class WindowedStage:
@@ -117,13 +117,6 @@ def pause(sample_rate: int) -> np.ndarray:
     return np.zeros(int(round(SENTENCE_PAUSE_SECONDS * sample_rate)), np.float32)
 
 
-def default_first_chunk_steps(decoder, vocoder_context: int, hop_length: int) -> int:
-    """Decoder steps of a first chunk that yields FIRST_AUDIO_FRAMES frames of audio."""
-    frames = (decoder.postnet_context + vocoder_context + -(-CROSSFADE_SAMPLES // hop_length)
-              + FIRST_AUDIO_FRAMES)
-    return math.ceil(frames / decoder.reduction_factor)
-
-
 class StreamEnd(NamedTuple):
     """How a streamed sentence ended: its mel frames, and whether the stop head ended it (else
     the length cap)."""
@@ -132,23 +125,17 @@ class StreamEnd(NamedTuple):
     ended_by_stop: bool
 
 
-def decoded_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: int,
+def postnet_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: int,
                    chunk_steps: int) -> Iterator[Tuple[Optional[np.ndarray], bool, int, bool]]:
-    """The decode a chunk at a time, through the postnet: (the mel frames that are final now
-    (None: none yet), ended, frames so far (the item's length once ended), ended by the stop
-    head), each chunk twice the steps of the one before, up to chunk_steps."""
+    """The decode of one token sequence a chunk at a time (scheduler.decoded_chunks), through
+    the postnet: (the mel frames that are final now (None: none yet), ended, frames so far
+    (the item's length once ended), ended by the stop head)."""
     postnet = WindowedStage(lambda mel, first: decoder.postnet(mel, first, latents),
                             decoder.postnet_context)
-    state = decoder.start(ids, language_id, latents)
-    steps, taken = first_chunk_steps, 0
-    while True:
-        state = decoder.steps(state, steps)
-        done, frames, by_stop = decoder.progress(state)
-        yield postnet.push(decoder.frames(state, taken, frames), done), done, frames, by_stop
-        if done:
-            return
-        taken = frames
-        steps = min(2 * steps, chunk_steps)
+    state = decoder.start_batch([ids], [language_id], latents)
+    for (item,) in scheduler.decoded_chunks(decoder, state, [ids], first_chunk_steps,
+                                             chunk_steps):
+        yield postnet.push(item.frames, item.done), item.done, item.length, item.by_stop
 
 
 def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
@@ -198,7 +185,8 @@ def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
 
 def stream_decode(decoder, vocoder, sample_rate: int, hop_length: int,
                   sentences: Sequence[Sequence[int]], language_id: int, latents, *, first_chunk_steps: Optional[int] = None,
-                  chunk_steps: int = CHUNK_STEPS, crossfade: int = CROSSFADE_SAMPLES,
+                  chunk_steps: int = scheduler.CHUNK_STEPS,
+                  crossfade: int = scheduler.CROSSFADE_SAMPLES,
                   ends: Optional[List[StreamEnd]] = None) -> Iterator[np.ndarray]:
     """Float32 waveform chunks of each token sequence of `sentences` in turn, as the decoder
     produces its frames, a `pause` between two sentences. The decoder and the postnet run in a
@@ -206,15 +194,17 @@ def stream_decode(decoder, vocoder, sample_rate: int, hop_length: int,
     while the last one's end is vocoded). `vocoder` has `window(mel [T, n_mels], first_frame)
     -> waveform` and `receptive_field`; `ends` (optional) gets a StreamEnd per sentence as each
     ends."""
-    if chunk_steps < 1 or (first_chunk_steps is not None and first_chunk_steps < 1):
+    first = first_chunk_steps
+    if first is None:
+        first = scheduler.default_first_chunk_steps(decoder, vocoder.receptive_field,
+                                                    hop_length)
+    if chunk_steps < 1 or first < 1:  # raised here, not in the decode-ahead thread
         raise ValueError(f"chunk sizes must be at least one decoder step (got first "
-                         f"{first_chunk_steps}, then {chunk_steps})")
-    first = first_chunk_steps or default_first_chunk_steps(decoder, vocoder.receptive_field,
-                                                             hop_length)
+                         f"{first}, then {chunk_steps})")
 
     def every_sentence():
         for index, ids in enumerate(sentences):
-            for item in decoded_chunks(decoder, ids, language_id, latents, first, chunk_steps):
+            for item in postnet_chunks(decoder, ids, language_id, latents, first, chunk_steps):
                 yield index, item
 
     vocode, current = None, None

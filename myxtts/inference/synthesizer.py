@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.data import audio as audio_lib
-
+from myxtts.decoding import scheduler
 from myxtts.inference import streaming
 from myxtts.inference.checkpoint_loading import LoadedCheckpoint, load_checkpoint
 from myxtts.inference.model_decoder import ModelDecoder
@@ -249,7 +249,7 @@ class Synthesizer:
 
     def stream(self, text: str, language: str, latents, *,
                first_chunk_steps: Optional[int] = None,
-               chunk_steps: int = streaming.CHUNK_STEPS) -> Iterator[np.ndarray]:
+               chunk_steps: int = scheduler.CHUNK_STEPS) -> Iterator[np.ndarray]:
         """Float32 waveform chunks of every sentence of `text` as the decoder produces its
         frames (myxtts.inference.streaming), pauses between sentences; joined, they equal
         `synthesize` (up to float rounding with a neural vocoder). The first chunk of each
@@ -262,7 +262,7 @@ class Synthesizer:
 
     def stream_sentences(self, sentences: Sequence[List[int]], language_id: int, latents, *,
                          first_chunk_steps: Optional[int] = None,
-                         chunk_steps: int = streaming.CHUNK_STEPS,
+                         chunk_steps: int = scheduler.CHUNK_STEPS,
                          ends: Optional[List[streaming.StreamEnd]] = None
                          ) -> Iterator[np.ndarray]:
         """`stream` of token sequences (`sentences`), pauses between them; `ends` (optional)

@@ -7,13 +7,15 @@
     for chunk in synth.stream("Hello there. How are you?", "en", latents):
         play(chunk)
 
-The host runs the decode loop: decode_start once per sentence, then decode_steps (K steps a
-call, the state resident in the runtime: myxtts.lite.resident) until the stop head or the
-length cap ends it; the postnet and the vocoder run on windows of the export's fixed window
-length (myxtts.inference.streaming.WindowedStage, so each output
-frame gets its full context and the windows join to the whole-mel result). The text front end
-(TextFrontEnd from the export's config.yaml and vocab.json), the sentence splitting and the
-streaming driver are the TensorFlow-free modules the synthesizer and the server use; the log-mel
+The host runs the decode through the one chunk scheduler (myxtts.decoding.scheduler, a batch of
+one row: the parts are exported for one item): decode_start once per sentence, then
+decode_steps (K steps a call, the state resident in the runtime: myxtts.lite.resident) until
+the stop head or the length cap ends it; the postnet and the vocoder run on windows of the
+export's fixed window length (myxtts.inference.streaming.WindowedStage, so each output frame
+gets its full context and the windows join to the whole-mel result). The text front end
+(TextFrontEnd from the export's config.yaml and vocab.json), the sentence splitting, the
+scheduler and the streaming driver are the TensorFlow-free modules the synthesizer and the
+server use; the log-mel
 of references and the Griffin-Lim of exports without a neural vocoder are numpy
 (myxtts.lite.features).
 """
@@ -28,6 +30,8 @@ import numpy as np
 
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
+from myxtts.decoding import scheduler
+from myxtts.decoding.backend import DecodeBackend
 from myxtts.inference import streaming
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.voices import Voice
@@ -51,11 +55,11 @@ class LiteDecode:
         self.by_stop = bool(np.asarray(values["by_stop"])[0])
 
 
-class LiteDecoder:
-    """The decoder interface of streaming.stream_decode over decode_start / decode_steps. The
-    state of the decode being stepped stays inside the runtime (myxtts.lite.resident); stepping
-    another decode parks this one's state on the host first, so interleaved streams are
-    correct, only slower."""
+class LiteDecoder(DecodeBackend):
+    """The decode backend over decode_start / decode_steps, one row a decode (the parts are
+    exported for one item). The state of the decode being stepped stays inside the runtime
+    (myxtts.lite.resident); stepping another decode parks this one's state on the host first,
+    so interleaved streams are correct, only slower."""
 
     def __init__(self, parts: Dict, manifest: dict):
         # One resident state in one loop: streams decoding in their own threads (each stream's
@@ -77,7 +81,12 @@ class LiteDecoder:
         self.postnet_context = stream["postnet_context"]
         self.token_padding = shapes["token_padding"]
 
-    def start(self, ids: Sequence[int], language_id: int, latents: np.ndarray) -> LiteDecode:
+    def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],
+                    latents) -> LiteDecode:
+        if len(sentences) != 1:
+            raise ValueError(f"an on-device export decodes one sentence at a time (its parts "
+                             f"have a batch of one), not {len(sentences)}")
+        (ids,), (language_id,) = sentences, language_ids
         tokens = np.zeros([1, self.text_positions], np.int32)
         tokens[0, : len(ids)] = ids
         with self._lock:
@@ -111,26 +120,33 @@ class LiteDecoder:
                          for name in ("step", "done", "lengths", "by_stop")})
         return decode
 
-    def progress(self, decode: LiteDecode) -> Tuple[bool, int, bool]:
+    def batch_progress(self, decode: LiteDecode) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         frames = decode.length if decode.done else decode.step * self.reduction_factor
-        return decode.done, frames, decode.by_stop
+        return np.array([decode.done]), np.array([frames]), np.array([decode.by_stop])
 
-    def frames(self, decode: LiteDecode, first: int, last: int) -> np.ndarray:
+    def batch_frames(self, decode: LiteDecode, first: int, last: int) -> np.ndarray:
         with self._lock:
             buffer = decode.arrays["frames"] if decode.arrays is not None else \
                 self._loop.value("frames")
-            return buffer[:, 0].reshape(-1, self.n_mels)[first:last].copy()
+            return buffer[:, 0].reshape(1, -1, self.n_mels)[:, first:last].copy()
 
-    def postnet(self, mel_before: np.ndarray, first_frame: int, latents) -> np.ndarray:
-        """The postnet part over a window of decoded frames of a decode with the speaker
-        latents [1, L, d]."""
+    def select(self, decode: LiteDecode, rows: Sequence[int]) -> LiteDecode:
+        if list(rows) != [0]:
+            raise ValueError(f"an on-device decode has one row, not rows {list(rows)}")
+        return decode
+
+    def postnet_batch(self, mel_before: np.ndarray, first_frame: int, latents: np.ndarray,
+                      postnet_weights=None) -> np.ndarray:
+        """The postnet part over windows [1, T, n_mels] of decoded frames."""
         del first_frame  # the postnet does not depend on where a window starts
+        if postnet_weights is not None or len(mel_before) != 1:
+            raise ValueError("an on-device export runs its own postnet on one window at a time")
         voice = ({"speaker_latents": np.asarray(latents, np.float32).reshape(
             1, *np.shape(latents)[-2:])} if self._postnet_reads_voice else {})
         with self._lock:
             return run_padded(lambda mel, length: self._postnet(
                 mel_before=mel, lengths=np.array([length], np.int32), **voice)["mel"],
-                mel_before, self.window, 0.0)
+                mel_before[0], self.window, 0.0)[None]
 
 
 def run_padded(function, frames: np.ndarray, window: int, pad_value: float,
@@ -201,7 +217,7 @@ class LiteSynthesizer:
         self.decoder = LiteDecoder(self.parts, self.manifest)
         self.vocoder = LiteVocoder(self.parts, self.manifest, self.folder)
         # Whole-mel stages are pushed a streaming chunk at a time, so their windows fit.
-        self.piece = streaming.CHUNK_STEPS * self.decoder.reduction_factor
+        self.piece = scheduler.CHUNK_STEPS * self.decoder.reduction_factor
 
     # ---- voice -----------------------------------------------------------------------------
     def speaker_latents(self, path: str) -> np.ndarray:
@@ -231,19 +247,19 @@ class LiteSynthesizer:
         """(the log10 mel [T, n_mels] after the postnet, ended by the stop head) of one
         sentence."""
         decoder = self.decoder
-        state = decoder.start(ids, language_id, latents)
-        while True:
-            state = decoder.steps(state, decoder.steps_per_call)
-            done, frames, by_stop = decoder.progress(state)
-            if done:
-                break
+        pieces, by_stop = [], False
+        for (row,) in scheduler.decoded_chunks(
+                decoder, decoder.start_batch([ids], [language_id], latents), [ids],
+                decoder.steps_per_call):
+            pieces.append(row.frames)
+            by_stop = row.by_stop
         postnet = streaming.WindowedStage(
             lambda mel, first: decoder.postnet(mel, first, latents), decoder.postnet_context)
-        return windowed(postnet, decoder.frames(state, 0, frames), self.piece), by_stop
+        return windowed(postnet, np.concatenate(pieces), self.piece), by_stop
 
     def vocode(self, mel: np.ndarray) -> np.ndarray:
         stage = streaming.WindowedStage(self.vocoder.window, self.vocoder.receptive_field,
-                                        self.hop_length, streaming.CROSSFADE_SAMPLES)
+                                        self.hop_length, scheduler.CROSSFADE_SAMPLES)
         return windowed(stage, mel, self.piece).astype(np.float32)
 
     def synthesize(self, text: str, language: Optional[str], latents

@@ -205,17 +205,25 @@ def _open(value: tf.Tensor, axis: int = 0) -> tf.TensorShape:
     return tf.TensorShape(dims)
 
 
-def _invariants(state: DecodeState) -> DecodeState:
-    """tf.while_loop shape invariants of a DecodeState: the batch dimension is left open (axis 1
-    of the slot-major buffers, 0 elsewhere): a retraced function (other text lengths) may see it
-    unknown in the body while the initial values know it, which tf.while_loop rejects."""
+def batch_axes(state: DecodeState) -> DecodeState:
+    """Each state tensor's item axis, as a DecodeState of ints (None for the step, which all
+    items share): axis 1 of the slot-major buffers (frames, alignments, the caches' keys and
+    values), 0 elsewhere."""
     slot_major = {"frames", "alignments"}
     return DecodeState(**{
-        name: (tf.TensorShape([]) if name == "step" else
-               _open(value, 1) if name in slot_major else
-               tuple((_open(ck, 1), _open(cv, 1), _open(fw)) for ck, cv, fw in value)
-               if name == "caches" else tf.nest.map_structure(_open, value))
+        name: (None if name == "step" else 1 if name in slot_major else
+               tuple((1, 1, 0) for _ in value) if name == "caches" else
+               tf.nest.map_structure(lambda _: 0, value))
         for name, value in state._asdict().items()})
+
+
+def _invariants(state: DecodeState) -> DecodeState:
+    """tf.while_loop shape invariants of a DecodeState: the batch dimension is left open
+    (`batch_axes`): a retraced function (other text lengths) may see it unknown in the body
+    while the initial values know it, which tf.while_loop rejects."""
+    return tf.nest.map_structure(
+        lambda value, axis: tf.TensorShape([]) if axis is None else _open(value, axis),
+        state, batch_axes(state))
 
 
 class XTTSModel(keras.Model):

@@ -7,12 +7,12 @@
 
 Every sentence of every request is one item. A worker takes the oldest waiting item, waits at
 most `max_wait_ms` (from that item's arrival) for more to arrive, and decodes up to `max_batch`
-items as one batch through the export's streaming signatures (ExportedDecoder.start_batch /
-steps): every decoder step runs once for the whole batch, which is where concurrency pays on a
-CPU, whose cores a single small decode cannot fill. The batch runs a chunk of steps at a time
-(the first small, for an early first byte, then doubling up to CHUNK_STEPS, as in
-myxtts.inference.streaming); after each chunk the items that ended (or whose client went away)
-leave the batch (ExportedDecoder.select), so the rest decode at the cost of what is left. Each
+items as one batch through the export's streaming signatures (ExportedDecoder): every decoder
+step runs once for the whole batch, which is where concurrency pays on a CPU, whose cores a
+single small decode cannot fill. The batch runs a chunk of steps at a time through the one
+chunk scheduler (myxtts.decoding.scheduler: the first chunk small, for an early first byte,
+then doubling); after each chunk the items that ended (or whose client went away) leave the
+batch, so the rest decode at the cost of what is left. Each
 item's new frames pass through its own postnet and vocoder windows (streaming.WindowedStage) and
 speaking rate (tempo.MelTempo) in a second thread (streaming.ahead), so decoding and vocoding
 overlap; the items decode in step, so their windows mostly have one shape and run as one batch
@@ -31,6 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from myxtts.decoding import scheduler
 from myxtts.inference import streaming
 from myxtts.inference.exported_model import ExportedModel
 from myxtts.inference.tempo import MelTempo
@@ -107,7 +108,7 @@ class _Item:
             lambda mel, first: decoder.postnet(mel, first, job.latents), decoder.postnet_context)
         self.tempo = MelTempo(job.speed)
         self.vocode = streaming.WindowedStage(vocoder.window, vocoder.receptive_field,
-                                              model.hop_length, streaming.CROSSFADE_SAMPLES)
+                                              model.hop_length, scheduler.CROSSFADE_SAMPLES)
 
 
 def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Optional[np.ndarray]],
@@ -144,7 +145,7 @@ class SpeechEngine:
     """Batches the sentences of concurrent jobs (see the module docstring)."""
 
     def __init__(self, model: ExportedModel, max_batch: int = 8, max_wait_ms: float = 30.0,
-                 workers: int = WORKERS, chunk_steps: int = streaming.CHUNK_STEPS,
+                 workers: int = WORKERS, chunk_steps: int = scheduler.CHUNK_STEPS,
                  on_batch: Optional[Callable[[int], None]] = None):
         if max_batch < 1 or max_wait_ms < 0:
             raise ValueError(f"max_batch {max_batch} must be >= 1 and max_wait_ms "
@@ -152,7 +153,7 @@ class SpeechEngine:
         self.model = model
         self.max_batch, self.max_wait = int(max_batch), max_wait_ms / 1000.0
         self.chunk_steps = chunk_steps
-        self.first_chunk_steps = streaming.default_first_chunk_steps(
+        self.first_chunk_steps = scheduler.default_first_chunk_steps(
             model.decoder, model.vocoder.receptive_field, model.hop_length)
         self.on_batch = on_batch or (lambda size: None)
         self._pending: List[_Item] = []
@@ -221,35 +222,17 @@ class SpeechEngine:
                 for item in batch:
                     item.job.fail(e)
 
-    def _decoded_chunks(self, batch: List[_Item]):
-        """[(item, its new frames before the postnet, ended)] a chunk of decoder steps at a
-        time; ended and cancelled items leave the batch."""
-        decoder = self.model.decoder
+    def _run(self, batch: List[_Item]) -> None:
+        decoder, vocoder = self.model.decoder, self.model.vocoder
         state = decoder.start_batch([item.ids for item in batch],
                                     [item.job.language_id for item in batch],
                                     np.stack([item.job.latents for item in batch]))
-        rows, taken, steps = list(batch), 0, self.first_chunk_steps
-        while rows:
-            state = decoder.steps(state, steps)
-            done, frames, _ = decoder.batch_progress(state)
-            mel = decoder.batch_frames(state, taken, int(frames.max()))
-            yield [(item, mel[row, : frames[row] - taken], bool(done[row]))
-                   for row, item in enumerate(rows)]
-            keep = [row for row, item in enumerate(rows)
-                    if not done[row] and not item.job.cancelled.is_set()]
-            if not keep:
-                return
-            if len(keep) < len(rows):
-                state = decoder.select(state, keep)
-                rows = [rows[row] for row in keep]
-            taken = int(frames[keep[0]])
-            steps = min(2 * steps, self.chunk_steps)
-
-    def _run(self, batch: List[_Item]) -> None:
-        decoder, vocoder = self.model.decoder, self.model.vocoder
-        for chunk in streaming.ahead(self._decoded_chunks(batch)):
-            live = [(item, mel, done) for item, mel, done in chunk
-                    if not item.job.cancelled.is_set()]
+        chunks = scheduler.decoded_chunks(decoder, state, batch, self.first_chunk_steps,
+                                          self.chunk_steps,
+                                          leaves=lambda item: item.job.cancelled.is_set())
+        for chunk in streaming.ahead(chunks):
+            live = [(row.row, row.frames, row.done) for row in chunk
+                    if not row.row.job.cancelled.is_set()]
             items = [item for item, _, _ in live]
             finals = [done for _, _, done in live]
             mels: List[Optional[np.ndarray]] = [None] * len(items)
