@@ -37,6 +37,12 @@ def step_of(path: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+def shown_path(path: str) -> str:
+    """`path` relative to the working folder when it lies inside it (as the user typed it)."""
+    relative = os.path.relpath(os.path.abspath(path))
+    return path if relative.startswith("..") else relative
+
+
 def strip_file_suffix(path: str) -> str:
     """A checkpoint prefix from one of its files (DIR/ckpt-200.index → DIR/ckpt-200)."""
     return _FILE_SUFFIX.sub("", path)

@@ -5,11 +5,13 @@
         --api-key "$KEY" --max-batch 8 --max-wait-ms 30
 
 --model is what myxtts-export wrote: the export folder (its newest version is served) or one
-version folder. Voices are voice files in --voices-dir (default voices/, created if needed):
-uploads land there, and files `myxtts-synthesize --save-voice voices/NAME.npz` wrote with the
-same checkpoint are served as NAME. docs/serving.md has the API. SIGTERM or Ctrl+C stop taking
-requests, finish the ones in flight, then exit: status 0 after SIGTERM, 130 after Ctrl+C (the
-shell's status for an interrupted command), without a traceback.
+version folder, a SavedModel (TensorFlow) or an on-device LiteRT/ONNX export (`--format
+tflite|onnx`: served without TensorFlow, which need not be installed). Voices are voice files
+in --voices-dir (default voices/, created if needed): uploads land there, and files
+`myxtts-synthesize --save-voice voices/NAME.npz` wrote with the same checkpoint are served as
+NAME. docs/serving.md has the API. SIGTERM or Ctrl+C stop taking requests, finish the ones in
+flight, then exit: status 0 after SIGTERM, 130 after Ctrl+C (the shell's status for an
+interrupted command), without a traceback.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="myxtts-serve", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True,
                    help="The export folder myxtts-export wrote (newest version served) or one "
-                        "of its version folders.")
+                        "of its version folders: a SavedModel, or an on-device LiteRT/ONNX "
+                        "export (served without TensorFlow).")
     p.add_argument("--host", default="127.0.0.1",
                    help="Address to listen on (0.0.0.0: every interface; then set --api-key).")
     p.add_argument("--port", type=int, default=8000, help="TCP port.")
@@ -87,12 +90,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # pylint: disable=import-outside-toplevel  (TensorFlow only after the arguments are checked)
     with quiet_tensorflow_start(args.verbose):
         import uvicorn
-        from myxtts.inference.exported_model import ExportedModel
         from myxtts.serving.app import UploadLimits, create_app
         from myxtts.serving.engine import SpeechEngine
         from myxtts.serving.metrics import ServerMetrics
+        from myxtts.serving.models import load_model
         from myxtts.serving.voice_store import VoiceStore
-        model = ExportedModel(args.model)
+        model = load_model(args.model)
     store = VoiceStore(args.voices_dir, model.require_fingerprint(), model.checkpoint,
                        model.decoder_fingerprint if model.speaks_adapted else None)
     metrics = ServerMetrics()
@@ -106,7 +109,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 "to %d sentences waiting up to %g ms; API key %s.", name, model.describe(),
                 args.host, args.port, args.voices_dir, len(store.list()),
                 "" if store.list() else ": upload one on the page or POST /v1/voices",
-                args.max_batch, args.max_wait_ms, "required" if args.api_key else "not required")
+                engine.max_batch, args.max_wait_ms, "required" if args.api_key else "not required")
     return serve_until_stopped(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="info",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS))

@@ -6,6 +6,9 @@
         httpx.get(server.url + "/health")   #   started in `folder`, relative paths
     ServerProcess(folder, terminal=True)    # the same in a pseudo-terminal of its own, as a
                                             #   user's shell runs it: .interrupt() types Ctrl-C
+    ServerProcess(folder, "--model", "models/lite", blocked=("tensorflow",))
+                                            # importing those fails in it; .blocked_imports()
+                                            #   lists every attempt
 
 The export is an untrained tiny checkpoint (tests.inference_helpers): decodes run to their
 length cap, which is what the server's plumbing needs, not speech.
@@ -69,17 +72,37 @@ def free_port() -> int:
 _IN_TERMINAL = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
                 "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
 
+# python -c _BLOCKING PACKAGES LOG -m MODULE ARGS: MODULE run with those top-level packages
+# unimportable, each attempt appended to LOG.
+_BLOCKING = """
+import runpy, sys
+packages, log = sys.argv[1].split(","), sys.argv[2]
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in packages:
+            with open(log, "a") as f:
+                print(name, file=f)
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+sys.argv = [sys.argv[4]] + sys.argv[5:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
 
 class ServerProcess:
     """`python -m myxtts.serve --model models/myxtts --port P ...extra` started in `folder`
     (stdout and stderr in folder/serve-<port>.log), ready once /health answers. With
-    `terminal`, its standard streams are a pseudo-terminal that is its controlling terminal."""
+    `terminal`, its standard streams are a pseudo-terminal that is its controlling terminal;
+    with `blocked`, importing those top-level packages fails in it (`blocked_imports`)."""
 
-    def __init__(self, folder: str, *extra: str, terminal: bool = False):
+    def __init__(self, folder: str, *extra: str, terminal: bool = False,
+                 blocked: tuple = ()):
         self.folder, self.extra, self.terminal = folder, list(extra), terminal
+        self.blocked = blocked
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = os.path.join(folder, f"serve-{self.port}.log")
+        self.blocked_log = os.path.join(folder, f"blocked-imports-{self.port}.txt")
         self.process = None
         self._terminal_fd = self._copier = None
 
@@ -87,6 +110,8 @@ class ServerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.pop("MYXTTS_API_KEY", None)
         command = ["-m", "myxtts.serve", "--model", EXPORT, "--port", str(self.port), *self.extra]
+        if self.blocked:
+            command = ["-c", _BLOCKING, ",".join(self.blocked), self.blocked_log, *command]
         if self.terminal:
             self._terminal_fd, child = os.openpty()
             self.process = subprocess.Popen(
@@ -126,6 +151,13 @@ class ServerProcess:
                     return
                 log.write(data)
                 log.flush()
+
+    def blocked_imports(self) -> list:
+        """The imports of `blocked` packages the server tried, in order."""
+        if not os.path.exists(self.blocked_log):
+            return []
+        with open(self.blocked_log, encoding="utf-8") as f:
+            return f.read().split()
 
     def log(self) -> str:
         with open(self.log_path, encoding="utf-8", errors="replace") as f:

@@ -265,6 +265,58 @@ def test_two_threads_stepping_two_decodes_take_turns_in_the_runtime(exported):
         np.testing.assert_array_equal(mixed, own)
 
 
+def test_the_server_serves_an_on_device_export_without_tensorflow(exported):
+    # myxtts-serve --model models/tflite-vocos in a process where importing TensorFlow or Keras
+    # fails (and is recorded): the same API, a voice file the SavedModel made and an uploaded
+    # recording speak as the on-device synthesizer does, and concurrent requests (one sentence
+    # per batch, the two workers each with parts of their own) each get their own audio.
+    # pylint: disable=import-outside-toplevel
+    import concurrent.futures
+    import io
+
+    import httpx
+
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    from tests.serve_process import ServerProcess, upload_reference
+    folder = tempfile.mkdtemp(dir=exported["root"])
+    os.makedirs(os.path.join(folder, "voices"))
+    shutil.copy(exported["voice"], os.path.join(folder, "voices", "saved.npz"))
+    lite = LiteSynthesizer(exported["folders"]["tflite-vocos"])
+    latents = {"saved": lite.latents_of(Voice.load(exported["voice"])),
+               "uploaded": lite.speaker_latents(REFERENCE_AUDIO)}
+    expected = {(voice, text): lite.synthesize(text, "en", latents[voice])[0]
+                for voice in latents for text in TEXTS[1:]}
+    model = os.path.relpath(os.path.join(exported["root"], "models", "tflite-vocos"), folder)
+    with ServerProcess(folder, "--model", model,
+                       blocked=("tensorflow", "keras", "tf_keras")) as server:
+        client = httpx.Client(base_url=server.url, timeout=300)
+        assert "(tflite, none)" in server.log() and "batches of up to 1 sentences" in \
+            server.log()
+        assert client.get("/v1/models").json()["data"][0]["vocoder"] == \
+            lite.manifest["vocoder"]
+        assert upload_reference(client, "uploaded").status_code == 201
+        assert sorted(v["id"] for v in client.get("/v1/voices").json()["data"]) == \
+            ["saved", "uploaded"]
+
+        def speak(key):
+            voice, text = key
+            response = client.post("/v1/audio/speech", json={
+                "model": "tflite-vocos", "input": text, "voice": voice,
+                "response_format": "wav"})
+            assert response.status_code == 200, response.text
+            return sf.read(io.BytesIO(response.content), dtype="float32")[0]
+
+        keys = list(expected) * 2
+        with concurrent.futures.ThreadPoolExecutor(len(keys)) as pool:
+            heard = list(pool.map(speak, keys))
+    assert server.blocked_imports() == []
+    for key, audio in zip(keys, heard):
+        assert audio.shape == expected[key].shape, key
+        # 16-bit PCM of the streamed windows against the whole synthesis
+        np.testing.assert_allclose(audio, expected[key], atol=2e-4, err_msg=str(key))
+
+
 def test_parts_hold_builtin_ops_only_and_quantized_weights_are_smaller(exported):
     from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
     sizes = {}

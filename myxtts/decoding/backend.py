@@ -22,13 +22,15 @@ import numpy as np
 class DecodeBackend(abc.ABC):
     """A decoder the scheduler drives. Its attributes: `reduction_factor` (mel frames per
     decoder step), `n_mels`, `postnet_context` (frames of context each side the postnet reads)
-    and `token_padding` (token sequences are padded to a multiple of it). A state is whatever
-    the backend passes from call to call; the driver only hands it back."""
+    and `token_padding` (token sequences are padded to a multiple of it); `max_rows`, the most
+    rows a batch may hold (None: any number). A state is whatever the backend passes from call
+    to call; the driver only hands it back."""
 
     reduction_factor: int
     n_mels: int
     postnet_context: int
     token_padding: int
+    max_rows = None
 
     @abc.abstractmethod
     def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],

@@ -36,7 +36,7 @@ from myxtts.inference import streaming
 from myxtts.inference.reference_audio import load_reference
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.voices import Voice
-from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE, step_of
+from myxtts.run_directory import CONFIG_FILE, MODEL_INFO_FILE, VOCAB_FILE, shown_path, step_of
 
 
 class ExportedModelError(MyXTTSError, ValueError):
@@ -53,12 +53,6 @@ def version_folder(path: str) -> str:
         raise ExportedModelError(f"{path} is neither a SavedModel version folder nor an export "
                                  f"folder with numbered versions; pass what myxtts-export wrote.")
     return os.path.join(path, str(max(versions)))
-
-
-def _shown(path: str) -> str:
-    """`path` relative to the working folder when it lies inside it (as the user typed it)."""
-    relative = os.path.relpath(os.path.abspath(path))
-    return path if relative.startswith("..") else relative
 
 
 class ExportedDecoder(DecodeBackend):
@@ -209,12 +203,22 @@ class ExportedModel:
         else:
             steps = step_of(vocoder)
             trained = f"trained {steps:,} steps" if steps is not None else "steps unknown"
-            spoken = (f"vocoder {export.get('vocoder_kind', 'neural')} {_shown(vocoder)} "
+            spoken = (f"vocoder {export.get('vocoder_kind', 'neural')} {shown_path(vocoder)} "
                       f"({trained})")
         step = step_of(self.checkpoint)
         trained = f" (step {step:,})" if step is not None else ""
         return (f"version {os.path.basename(self.path)} of {os.path.dirname(self.path)}: "
-                f"{_shown(self.checkpoint)}{trained}, {spoken}")
+                f"{shown_path(self.checkpoint)}{trained}, {spoken}")
+
+    @property
+    def vocoder_name(self) -> str:
+        """The vocoder checkpoint the export holds, or "griffin-lim"."""
+        return self.model_info.get("export", {}).get("vocoder", "griffin-lim")
+
+    def runtime(self) -> Tuple[ExportedDecoder, ExportedVocoder]:
+        """(decoder, vocoder) for a thread that decodes: the same signatures for every thread
+        (TensorFlow runs calls from several threads at once)."""
+        return self.decoder, self.vocoder
 
     # ---- text and voice --------------------------------------------------------------------
     def sentences(self, text: str, language: str) -> Tuple[List[List[int]], int]:

@@ -61,6 +61,8 @@ class LiteDecoder(DecodeBackend):
     (myxtts.lite.resident); stepping another decode parks this one's state on the host first,
     so interleaved streams are correct, only slower."""
 
+    max_rows = 1
+
     def __init__(self, parts: Dict, manifest: dict):
         # One resident state in one loop: streams decoding in their own threads (each stream's
         # decode runs ahead of its vocoder) take turns, a whole call of `steps` at a time.
@@ -188,6 +190,10 @@ class LiteVocoder:
         return features.griffin_lim(mel, self.stft_window, self.filters, self.n_fft, self.hop,
                                     self.win_length, first_frame=first_frame)
 
+    def window_batch(self, mel: np.ndarray, first_frame: int = 0) -> np.ndarray:
+        """Waveforms [B, S] of mel windows [B, T, n_mels] (the parts take one window a call)."""
+        return np.stack([self.window(window, first_frame) for window in mel])
+
 
 def windowed(stage: streaming.WindowedStage, frames: np.ndarray, piece: int) -> np.ndarray:
     """A stage over a whole input, pushed `piece` frames at a time (so its windows fit)."""
@@ -205,8 +211,10 @@ class LiteSynthesizer:
     def __init__(self, path: str, threads: int = 1):
         self.folder = manifest_folder(path)
         self.manifest = read_manifest(self.folder)
+        self.threads = threads
         self.parts = load_parts(self.folder, self.manifest, threads)
-        config = XTTSConfig.from_yaml(os.path.join(self.folder, "config.yaml"))
+        self._latents_lock = threading.Lock()  # the speaker_latents part, one call at a time
+        self.config = config = XTTSConfig.from_yaml(os.path.join(self.folder, "config.yaml"))
         self.languages = list(config.data.languages)
         self.default_language = config.data.default_language
         self.front_end = TextFrontEnd(Tokenizer.load(os.path.join(self.folder, "vocab.json")),
@@ -219,19 +227,30 @@ class LiteSynthesizer:
         # Whole-mel stages are pushed a streaming chunk at a time, so their windows fit.
         self.piece = scheduler.CHUNK_STEPS * self.decoder.reduction_factor
 
+    def runtime(self) -> Tuple[LiteDecoder, LiteVocoder]:
+        """A decoder and a vocoder over parts loaded again for them alone (an interpreter runs
+        one call at a time): one pair for each thread that decodes, as the server's workers."""
+        parts = load_parts(self.folder, self.manifest, self.threads,
+                           only=set(self.manifest["parts"]) - {"speaker_latents"})
+        return LiteDecoder(parts, self.manifest), LiteVocoder(parts, self.manifest, self.folder)
+
     # ---- voice -----------------------------------------------------------------------------
     def speaker_latents(self, path: str) -> np.ndarray:
         """Latents [1, L, d] of a reference recording (prepared as the synthesizer does)."""
-        samples = features.prepare_reference(path, self.audio)
+        return self.latents_of_samples(features.prepare_reference(path, self.audio))
+
+    def latents_of_samples(self, samples: np.ndarray) -> np.ndarray:
+        """Latents [1, L, d] of a prepared reference's samples (features.prepare_reference)."""
         mel = features.log_mel(samples, self.vocoder.stft_window, self.vocoder.filters,
                                self.hop_length, self.audio["mel_floor"])
         frames = self.manifest["shapes"]["reference_frames"]
         padded = np.zeros([1, frames, mel.shape[1]], np.float32)
         count = min(len(mel), frames)
         padded[0, :count] = mel[:count]
-        return self.parts["speaker_latents"](
-            reference_mel=padded, reference_lengths=np.array([count], np.int32))[
-            "speaker_latents"]
+        with self._latents_lock:
+            return self.parts["speaker_latents"](
+                reference_mel=padded, reference_lengths=np.array([count], np.int32))[
+                "speaker_latents"]
 
     def latents_of(self, voice: Voice) -> np.ndarray:
         """[1, L, d] of a voice file made with this export's checkpoint (VoiceMismatchError for

@@ -41,7 +41,6 @@ from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from myxtts.inference.exported_model import ExportedModel
 from myxtts.inference.reference_audio import ReferenceAudioError, ReferenceTooShortError
 from myxtts.inference.tempo import MAX_SPEED, MIN_SPEED
 from myxtts.inference.text_front_end import UnknownCharactersError, UnknownLanguageError
@@ -184,7 +183,7 @@ def _unique_id(filename: str, store: VoiceStore) -> str:
     return candidate
 
 
-def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
+def create_app(model, store: VoiceStore, engine: SpeechEngine,
                metrics: ServerMetrics, model_name: str, api_key: Optional[str] = None,
                limits: UploadLimits = UploadLimits()):
     """The FastAPI application; its lifespan starts and stops `engine`."""
@@ -415,7 +414,7 @@ def create_app(model: ExportedModel, store: VoiceStore, engine: SpeechEngine,
             "default_language": data.default_language, "sample_rate": model.sample_rate,
             "response_formats": list(audio_formats.FORMATS),
             "stream_formats": list(audio_formats.STREAMED),
-            "vocoder": model.model_info.get("export", {}).get("vocoder", "griffin-lim"),
+            "vocoder": model.vocoder_name,
             "max_input_characters": MAX_INPUT_CHARACTERS}]}
 
     @app.get("/health")

@@ -1,15 +1,16 @@
 """The speech engine of myxtts-serve: concurrent requests decoded together in batches.
 
-    engine = SpeechEngine(ExportedModel("models/myxtts"), max_batch=8, max_wait_ms=30)
+    engine = SpeechEngine(load_model("models/myxtts"), max_batch=8, max_wait_ms=30)
     engine.start()
     job = SpeechJob(sentences, language_id, latents, speed, on_audio, on_end)
     engine.submit(job)          # on_audio(samples) in order from engine threads, then on_end()
 
 Every sentence of every request is one item. A worker takes the oldest waiting item, waits at
 most `max_wait_ms` (from that item's arrival) for more to arrive, and decodes up to `max_batch`
-items as one batch through the export's streaming signatures (ExportedDecoder): every decoder
-step runs once for the whole batch, which is where concurrency pays on a CPU, whose cores a
-single small decode cannot fill. The batch runs a chunk of steps at a time through the one
+items as one batch through the worker's decode backend (`model.runtime()`: a SavedModel's
+streaming signatures, or an on-device export's parts, whose batches hold one sentence): every
+decoder step runs once for the whole batch, which is where concurrency pays on a CPU, whose
+cores a single small decode cannot fill. The batch runs a chunk of steps at a time through the one
 chunk scheduler (myxtts.decoding.scheduler: the first chunk small, for an early first byte,
 then doubling); after each chunk the items that ended (or whose client went away) leave the
 batch, so the rest decode at the cost of what is left. Each
@@ -18,8 +19,8 @@ speaking rate (tempo.MelTempo) in a second thread (streaming.ahead), so decoding
 overlap; the items decode in step, so their windows mostly have one shape and run as one batch
 through the postnet_window and vocode_window signatures (`run_windows`). The audio reaches its
 request in sentence order with the pause between sentences that Synthesizer.stream puts there.
-WORKERS workers run batches side by side, so a request that arrives while a batch decodes
-starts without waiting for it to end.
+WORKERS workers run batches side by side, each with its own decoder and vocoder, so a request
+that arrives while a batch decodes starts without waiting for it to end.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import numpy as np
 
 from myxtts.decoding import scheduler
 from myxtts.inference import streaming
-from myxtts.inference.exported_model import ExportedModel
 from myxtts.inference.tempo import MelTempo
 from myxtts.serving import WORKERS
 
@@ -97,18 +97,21 @@ class SpeechJob:
 
 
 class _Item:
-    """One sentence of a job in a batch, with its postnet, tempo and vocoder windows."""
+    """One sentence of a job waiting for a batch; in one, its postnet, tempo and vocoder
+    windows (`stages`, over the worker's decoder and vocoder)."""
 
-    def __init__(self, job: SpeechJob, index: int, model: ExportedModel):
+    def __init__(self, job: SpeechJob, index: int):
         self.job, self.index = job, index
         self.ids = job.sentences[index]
         self.arrived = time.monotonic()
-        decoder, vocoder = model.decoder, model.vocoder
+
+    def stages(self, decoder, vocoder, hop_length: int) -> None:
+        job = self.job
         self.postnet = streaming.WindowedStage(
             lambda mel, first: decoder.postnet(mel, first, job.latents), decoder.postnet_context)
         self.tempo = MelTempo(job.speed)
         self.vocode = streaming.WindowedStage(vocoder.window, vocoder.receptive_field,
-                                              model.hop_length, scheduler.CROSSFADE_SAMPLES)
+                                              hop_length, scheduler.CROSSFADE_SAMPLES)
 
 
 def run_windows(stages: Sequence[streaming.WindowedStage], frames: Sequence[Optional[np.ndarray]],
@@ -144,23 +147,29 @@ def _by_postnet(items: Sequence[_Item]) -> List[List[int]]:
 class SpeechEngine:
     """Batches the sentences of concurrent jobs (see the module docstring)."""
 
-    def __init__(self, model: ExportedModel, max_batch: int = 8, max_wait_ms: float = 30.0,
+    def __init__(self, model, max_batch: int = 8, max_wait_ms: float = 30.0,
                  workers: int = WORKERS, chunk_steps: int = scheduler.CHUNK_STEPS,
                  on_batch: Optional[Callable[[int], None]] = None):
         if max_batch < 1 or max_wait_ms < 0:
             raise ValueError(f"max_batch {max_batch} must be >= 1 and max_wait_ms "
                              f"{max_wait_ms} >= 0")
-        self.model = model
-        self.max_batch, self.max_wait = int(max_batch), max_wait_ms / 1000.0
+        self.model = model  # myxtts.serving.models: a SavedModel or an on-device export
+        # Each worker's own decoder and vocoder (the same signatures for a SavedModel; parts of
+        # its own for an on-device export, whose interpreters run one call at a time).
+        runtimes = [model.runtime() for _ in range(workers)]
+        decoder, vocoder = runtimes[0]
+        self.max_batch = min(int(max_batch), decoder.max_rows or int(max_batch))
+        self.max_wait = max_wait_ms / 1000.0
         self.chunk_steps = chunk_steps
         self.first_chunk_steps = scheduler.default_first_chunk_steps(
-            model.decoder, model.vocoder.receptive_field, model.hop_length)
+            decoder, vocoder.receptive_field, model.hop_length)
         self.on_batch = on_batch or (lambda size: None)
         self._pending: List[_Item] = []
         self._cond = threading.Condition()
         self._stopping = False
-        self._threads = [threading.Thread(target=self._work, name=f"myxtts-engine-{i}",
-                                          daemon=True) for i in range(workers)]
+        self._threads = [threading.Thread(target=self._work, args=runtime,
+                                          name=f"myxtts-engine-{i}", daemon=True)
+                         for i, runtime in enumerate(runtimes)]
 
     def start(self) -> None:
         for thread in self._threads:
@@ -183,7 +192,7 @@ class SpeechEngine:
         return len(self._pending)
 
     def submit(self, job: SpeechJob) -> None:
-        items = [_Item(job, index, self.model) for index in range(len(job.sentences))]
+        items = [_Item(job, index) for index in range(len(job.sentences))]
         with self._cond:
             if self._stopping:
                 raise RuntimeError("the server is shutting down")
@@ -209,21 +218,22 @@ class SpeechEngine:
                 else:
                     self._cond.wait()
 
-    def _work(self) -> None:
+    def _work(self, decoder, vocoder) -> None:
         while True:
             batch = self._take_batch()
             if batch is None:
                 return
             self.on_batch(len(batch))
             try:
-                self._run(batch)
+                self._run(batch, decoder, vocoder)
             except Exception as e:  # pylint: disable=broad-except  (each request gets it)
                 logger.exception("A batch of %d sentences failed", len(batch))
                 for item in batch:
                     item.job.fail(e)
 
-    def _run(self, batch: List[_Item]) -> None:
-        decoder, vocoder = self.model.decoder, self.model.vocoder
+    def _run(self, batch: List[_Item], decoder, vocoder) -> None:
+        for item in batch:
+            item.stages(decoder, vocoder, self.model.hop_length)
         state = decoder.start_batch([item.ids for item in batch],
                                     [item.job.language_id for item in batch],
                                     np.stack([item.job.latents for item in batch]))
