@@ -1,8 +1,8 @@
 """myxtts-serve under concurrent clients: throughput, latency and time to first byte.
 
-    python benchmarks/bench_server.py --model models/myxtts --reference speaker.wav
-        [--clients 1,4,8,16] [--requests 4] [--max-batch 16] [--max-wait-ms 30]
-        [--workers 2] [--stream] [--port 0]
+    python benchmarks/bench_server.py --model models/myxtts [models/myxtts-tflite ...]
+        --reference speaker.wav [--clients 1,4,8,16] [--requests 4] [--max-batch 16]
+        [--max-wait-ms 30] [--workers 2] [--stream] [--port 0]
 
 Starts the real server (`python -m myxtts.serve`, its own process, a fresh voices folder in a
 temporary directory) on 127.0.0.1, makes the voice from --reference with POST /v1/voices, warms
@@ -20,8 +20,11 @@ first byte comes while the rest is decoded. Per client count the table gives:
   p50/p95 TTFB     request sent → first body byte, seconds,
   mean batch       sentences per decoded batch in that round (from /metrics).
 Then the goal of the speech-server issue: at 8 clients, throughput >= 3x one-at-a-time (the
-1-client row) and p95 latency <= 3x the single-request latency (1-client p50), no request lost.
-All figures come from this one run.
+1-client row) and p95 latency <= 3x the single-request latency (1-client p50), no request lost;
+and the server's peak resident memory (VmHWM of its process, read before it stops). With several
+--model exports (a SavedModel and an on-device one, say) each is served and measured in turn,
+and each one's peak memory is given as a share of the first's. All figures come from this one
+run.
 """
 
 import argparse
@@ -145,21 +148,19 @@ def run_round(url: str, clients: int, requests: int, stream: bool, rate: int) ->
             "batch": (sum_after - sum_before) / batches if batches else float("nan")}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True, help="What myxtts-export wrote.")
-    p.add_argument("--reference", required=True, help="A recording for the voice.")
-    p.add_argument("--clients", default="1,4,8,16")
-    p.add_argument("--requests", type=int, default=4, help="Requests per client per round.")
-    p.add_argument("--max-batch", type=int, default=16)
-    p.add_argument("--max-wait-ms", type=float, default=30.0)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--stream", action="store_true", help="stream: true (pcm chunks).")
-    p.add_argument("--port", type=int, default=0, help="0: a free port.")
-    args = p.parse_args()
-    counts = [int(c) for c in args.clients.split(",")]
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set (VmHWM) in MB."""
+    with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(model: str, args, counts):
+    """(rows, the served model's /v1/models entry, the server's peak RSS in MB)."""
     with tempfile.TemporaryDirectory(prefix="bench-server-") as folder:
-        process, url = start_server(args.model, args.port or free_port(), args.max_batch,
+        process, url = start_server(model, args.port or free_port(), args.max_batch,
                                     args.max_wait_ms, args.workers, folder)
         try:
             with httpx.Client(base_url=url, timeout=600) as client:
@@ -173,12 +174,18 @@ def main() -> int:
                     one_request(client, text, args.stream, rate)
             run_round(url, max(counts), 1, args.stream, rate)
             rows = [run_round(url, c, args.requests, args.stream, rate) for c in counts]
+            peak = peak_rss_mb(process.pid)
         finally:
             process.terminate()
             process.wait(120)
-    print(f"model {args.model} (vocoder {info['vocoder']}), {os.cpu_count()} CPUs, "
+    return rows, info, peak
+
+
+def report(model: str, args, rows, info, peak) -> None:
+    print(f"model {model} (vocoder {info['vocoder']}), {os.cpu_count()} CPUs, "
           f"max-batch {args.max_batch}, max-wait-ms {args.max_wait_ms:g}, workers {args.workers}, "
-          f"{'streamed' if args.stream else 'whole'} pcm, {args.requests} requests per client")
+          f"{'streamed' if args.stream else 'whole'} pcm, {args.requests} requests per client; "
+          f"peak RSS {peak:,.0f} MB")
     print(f"{'clients':>7} {'requests':>8} {'lost':>4} {'audio s':>8} {'wall s':>7} "
           f"{'thru':>6} {'p50 s':>6} {'p95 s':>6} {'ttfb50':>6} {'ttfb95':>6} {'batch':>5}")
     for r in rows:
@@ -194,6 +201,29 @@ def main() -> int:
         print(f"8 clients: throughput {speedup:.2f}x one-at-a-time (goal >= 3), p95 latency "
               f"{p95_ratio:.2f}x the single-request latency (goal <= 3), {lost} requests lost "
               f"(goal 0): {'met' if speedup >= 3 and p95_ratio <= 3 and not lost else 'missed'}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, nargs="+",
+                   help="What myxtts-export wrote; several: each served in turn.")
+    p.add_argument("--reference", required=True, help="A recording for the voice.")
+    p.add_argument("--clients", default="1,4,8,16")
+    p.add_argument("--requests", type=int, default=4, help="Requests per client per round.")
+    p.add_argument("--max-batch", type=int, default=16)
+    p.add_argument("--max-wait-ms", type=float, default=30.0)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stream", action="store_true", help="stream: true (pcm chunks).")
+    p.add_argument("--port", type=int, default=0, help="0: a free port.")
+    args = p.parse_args()
+    counts = [int(c) for c in args.clients.split(",")]
+    peaks = []
+    for model in args.model:
+        rows, info, peak = measure(model, args, counts)
+        report(model, args, rows, info, peak)
+        peaks.append(peak)
+    for model, peak in zip(args.model[1:], peaks[1:]):
+        print(f"peak RSS of {model}: {peak / peaks[0]:.0%} of {args.model[0]}'s")
     return 0
 
 
