@@ -2,7 +2,8 @@
 
 Every field is documented once, here, by `_f(default, "doc")`; docs/configuration.md is generated
 from these docs (`python -m myxtts.config --markdown`). YAML presets in configs/ override only
-what differs. Unknown keys and wrong types are errors that name the key and the file.
+what differs. Unknown keys and wrong types are errors that name the key and the file; a retired
+key (RETIRED_KEYS) loads only at the value that means what the code does now.
 This module does not import TensorFlow.
 """
 
@@ -24,8 +25,6 @@ from myxtts.errors import MyXTTSError
 
 # The top-level parts of XTTSModel (myxtts.models.xtts), as training.freeze names them.
 MODEL_PARTS = ("text_encoder", "speaker_encoder", "decoder", "postnet")
-TEXT_ALIGNMENTS = ("attention", "durations")
-DECODER_INPUTS = ("previous_frames", "aligned_text")
 # What training.select_by may name: what ranks checkpoints for best/ and early stopping.
 SELECT_BY = ("objective", "text_match", "wer")
 # model.reference_matching: the reference speech frames a voice carries (its first ones; 256
@@ -33,6 +32,12 @@ SELECT_BY = ("objective", "text_match", "wer")
 # moves toward (kNN-VC's k).
 REFERENCE_MATCHING_FRAMES = 256
 REFERENCE_MATCHING_NEIGHBOURS = 4
+# Keys that were removed (docs/history.md has the runs that retired them). The config.yaml of a
+# run or an export written before holds them, so each still loads at the value that means what
+# the code does now (None: any value, none changes it); any other value is an error.
+RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "previous_frames",
+                "model.prosody_features": False, "training.duration_loss_weight": None,
+                "training.aligner_loss_weight": None, "training.prosody_loss_weight": None}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -202,26 +207,6 @@ class ModelConfig:
                                   "shapes every sub-layer of every decoder step, not only its "
                                   "attention to the speaker latents. Starts as plain layer "
                                   "norm (the projection is zero).")
-    text_alignment: str = _m("attention", "How the decoder finds the tokens it reads: "
-                                           "attention (its learnt text attention, read forward "
-                                           "only) or durations (a hard alignment: an aligner "
-                                           "trained with the model gives each token its frames, "
-                                           "a duration predictor learns them, and each decoder "
-                                           "step may only attend to its aligned tokens and one "
-                                           "on each side; docs/model.md).")
-    decoder_input: str = _m("previous_frames", "What each decoder step reads as its input: "
-                                               "previous_frames (the frames of the step "
-                                               "before, through the prenet: autoregressive) "
-                                               "or aligned_text (needs text_alignment "
-                                               "durations: the voiced text of the tokens its "
-                                               "frames are aligned to and where in each token "
-                                               "they are, so no frame depends on frames "
-                                               "decoded before it; docs/model.md).")
-    prosody_features: bool = _m(False, "With decoder_input aligned_text: each token's pitch "
-                                       "and energy, read off the recording's mel over its "
-                                       "aligned frames in training and predicted from the "
-                                       "text in decoding, are added to the text the decoder "
-                                       "steps read (FastPitch; docs/model.md).")
     reading_probe: bool = _m(False, "Train a small recogniser beside the model "
                                     "(models/reading_probe.py): it learns to read the tokens "
                                     "off the recordings' mels (CTC), and reads the model's "
@@ -229,10 +214,8 @@ class ModelConfig:
                                     "output must carry its line's sounds "
                                     "(training.reading_loss_weight).")
     reduction_factor: int = _m(2, "Mel frames produced per decoder step (r).")
-    prenet_dim: int = _m(256, "Width of the decoder prenet (decoder_input "
-                                  "previous_frames).")
-    prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in "
-                                        "Tacotron; decoder_input previous_frames).")
+    prenet_dim: int = _m(256, "Width of the decoder prenet.")
+    prenet_dropout: float = _m(0.5, "Prenet dropout (also at inference, as in Tacotron).")
     postnet_layers: int = _m(5, "Conv layers in the postnet.")
     postnet_channels: int = _m(256, "Channels of the postnet convolutions.")
     postnet_kernel: int = _m(5, "Kernel size of the postnet convolutions.")
@@ -264,8 +247,7 @@ class ModelConfig:
     decode_attention_window: int = _f(3, "Free-running decode: each step's text attention may "
                                          "only look from 1 token behind to this many tokens "
                                          "ahead of the previous step's peak (forced "
-                                         "monotonic reading); 0 = unconstrained. Not used "
-                                         "with text_alignment durations.")
+                                         "monotonic reading); 0 = unconstrained.")
     gradient_checkpointing: bool = _f(False, "Recompute transformer blocks in the backward "
                                              "pass (tf.recompute_grad) to save memory.")
 
@@ -340,15 +322,6 @@ class TrainingConfig:
                                            "text attention (training/losses.py): every token "
                                            "read in order, the last one at the last step, at "
                                            "no fixed pace; 0 = off.")
-    duration_loss_weight: float = _f(1.0, "With model.text_alignment durations: weight of the "
-                                          "duration predictor's squared error on log(1 + "
-                                          "frames) against the aligner's durations.")
-    aligner_loss_weight: float = _f(1.0, "With model.text_alignment durations: weight of the "
-                                         "aligner's forward-sum loss (the likelihood of every "
-                                         "monotonic path of frames through the tokens).")
-    prosody_loss_weight: float = _f(0.1, "With model.prosody_features: weight of the prosody "
-                                         "predictor's squared error on each token's pitch and "
-                                         "energy.")
     reading_loss_weight: float = _f(1.0, "With model.reading_probe: weight of its CTC losses "
                                          "(per token, in nats): the probe reading the "
                                          "recording, which trains the probe, and the probe "
@@ -645,20 +618,6 @@ class XTTSConfig:
              "decodes against the null voice, which a model learns only with "
              "model.voice_dropout > 0 (e.g. 0.1); this run trained without it: leave "
              "voice_guidance at 0.")
-        need(m.text_alignment in TEXT_ALIGNMENTS, "model.text_alignment",
-             f"must be one of {', '.join(TEXT_ALIGNMENTS)}.")
-        need(m.decoder_input in DECODER_INPUTS, "model.decoder_input",
-             f"must be one of {', '.join(DECODER_INPUTS)}.")
-        need(m.decoder_input == "previous_frames" or m.text_alignment == "durations",
-             "model.decoder_input", "aligned_text needs model.text_alignment durations (the "
-             "tokens each step reads come from the durations).")
-        need(m.decoder_input == "previous_frames" or (m.self_feeding == 0
-                                                     and m.frame_dropout == 0),
-             "model.decoder_input", "aligned_text reads no previous frames: set "
-             "model.self_feeding and model.frame_dropout to 0.")
-        need(not m.prosody_features or m.decoder_input == "aligned_text",
-             "model.prosody_features", "needs model.decoder_input aligned_text (the pitch and "
-             "energy go on the text its steps read).")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
         need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",
@@ -692,9 +651,6 @@ class XTTSConfig:
              "training.speaker_contrast_on",
              "is output, but training.speaker_contrast_weight is 0: set a weight (e.g. 0.2), "
              "or the loss it chooses is never computed.")
-        need(t.prosody_loss_weight >= 0, "training.prosody_loss_weight", "must be >= 0.")
-        need(t.duration_loss_weight >= 0 and t.aligner_loss_weight >= 0,
-             "training.duration_loss_weight", "and training.aligner_loss_weight must be >= 0.")
         need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")
         need(t.reading_loss_weight >= 0, "training.reading_loss_weight", "must be >= 0.")
         need(t.adversarial_weight >= 0 and t.adversarial_feature_weight >= 0,
@@ -809,6 +765,12 @@ def _suggestion(dotted: str, known: List[str]) -> str:
 
 def _set_field(section, dotted: str, key: str, value: Any, source: str) -> None:
     hints = typing.get_type_hints(type(section))
+    if dotted in RETIRED_KEYS:
+        kept = RETIRED_KEYS[dotted]
+        if kept is None or value == kept:
+            return
+        raise ConfigError(f"{source}: {dotted} was retired (docs/history.md has why): the code "
+                          f"now always does what {kept!r} did. Remove the key.")
     if key not in hints:
         known = [f.name for f in dataclasses.fields(section)]
         raise ConfigError(f"{source}: unknown key '{dotted}'{_suggestion(dotted, known)}. Known "

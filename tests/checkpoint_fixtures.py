@@ -44,7 +44,6 @@ def layouts() -> dict:
     import keras
 
     from myxtts.config import XTTSConfig
-    from myxtts.data.audio import mel_pitch_combs
     from myxtts.models.xtts import XTTSModel
     from myxtts.vocoder.generator import build_generator
     keras.mixed_precision.set_global_policy("float32")
@@ -52,7 +51,7 @@ def layouts() -> dict:
     for recipe in RECIPES:
         config = XTTSConfig.from_yaml(os.path.join(REPO, "configs", f"{recipe}.yaml"))
         model = XTTSModel(config.model, VOCAB_SIZE, len(config.data.languages),
-                          config.data.n_mels, pitch_combs=mel_pitch_combs(config.data))
+                          config.data.n_mels)
         found[recipe] = _variables({"model": model})
     for generator in VOCODERS:
         config = XTTSConfig.from_yaml(os.path.join(REPO, "configs", "vocoder_quick.yaml"))

@@ -20,11 +20,9 @@ def tiny_config(**model_overrides) -> XTTSConfig:
 
 
 def tiny_model(config=None, **model_overrides):
-    from myxtts.data.audio import mel_pitch_combs
     from myxtts.models.xtts import XTTSModel
     config = config or tiny_config(**model_overrides)
-    return XTTSModel(config.model, VOCAB, LANGUAGES, config.data.n_mels,
-                     pitch_combs=mel_pitch_combs(config.data))
+    return XTTSModel(config.model, VOCAB, LANGUAGES, config.data.n_mels)
 
 
 def decode_both_ways(test, model, b):

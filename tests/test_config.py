@@ -92,17 +92,21 @@ class ConfigTest(unittest.TestCase):
                 {"model.reference_matching": 1.5},
                 names={"model.reference_matching": "--reference-matching"})
 
-    def test_aligned_text_needs_durations_and_no_frame_feeding(self):
-        with self.assertRaisesRegex(ConfigError, "aligned_text needs model.text_alignment"):
-            XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"))
-        with self.assertRaisesRegex(ConfigError, "set model.self_feeding and model.frame_"):
-            XTTSConfig.from_yaml(_write("model:\n  decoder_input: aligned_text\n"
-                                        "  text_alignment: durations\n  self_feeding: 0.5\n"))
-        with self.assertRaisesRegex(ConfigError, "must be one of previous_frames, aligned_"):
-            XTTSConfig.from_yaml(_write("model:\n  decoder_input: text\n"))
-        with self.assertRaisesRegex(ConfigError, "model.prosody_features needs model.decoder_"):
-            XTTSConfig.from_yaml(_write("model:\n  prosody_features: true\n"
-                                        "  text_alignment: durations\n"))
+    def test_a_retired_key_loads_only_at_the_value_that_means_what_the_code_does(self):
+        # A run's or an export's config.yaml written before the keys were retired holds them.
+        config = XTTSConfig.from_dict({"model": {"text_alignment": "attention",
+                                                 "decoder_input": "previous_frames",
+                                                 "prosody_features": False},
+                                       "training": {"duration_loss_weight": 2.0,
+                                                    "aligner_loss_weight": 1.0,
+                                                    "prosody_loss_weight": 0.1}}, "old.yaml")
+        self.assertEqual(config, XTTSConfig())
+        self.assertNotIn("text_alignment", config.to_yaml())
+        with self.assertRaisesRegex(ConfigError, "old.yaml: model.text_alignment was retired "
+                                                 r"\(docs/history.md"):
+            XTTSConfig.from_dict({"model": {"text_alignment": "durations"}}, "old.yaml")
+        with self.assertRaisesRegex(ConfigError, "model.prosody_features was retired"):
+            XTTSConfig().override({"model.prosody_features": True})
 
     def test_an_envelope_warp_needs_a_warp(self):
         with self.assertRaisesRegex(ConfigError, "data.voice_warp_envelope warps what "

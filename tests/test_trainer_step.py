@@ -424,54 +424,6 @@ class ReadingProbeTest(TrainerTestCase):
         self.assertAlmostEqual(float(kernel), float(compiled), places=3)
 
 
-class DurationsTest(TrainerTestCase):
-    def test_the_duration_predictor_learns_the_aligners_durations(self):
-        # Reading by durations in the compiled step: the aligner's forward-sum loss is computed
-        # and trained, and the duration predictor's error on the aligner's durations falls
-        # (2.03 -> 0.13 here). The aligner itself needs hundreds of steps (docs/history.md,
-        # r16), so 15 steps on noise frames are not asked to sharpen it.
-        b = batch(size=4)
-        trainer = make_trainer(os.path.join(self.workdir, "durations"),
-                               {"text_alignment": "durations"}, xla=False,
-                               guided_attention_weight=0.0)
-
-        def losses():
-            out = trainer._losses(b, trainer.step.step, False)
-            return float(out["aligner"]), float(out["durations"])
-
-        aligner, durations = losses()
-        for _ in range(15):
-            trainer.step(b)
-        after = losses()
-        self.assertGreater(aligner, 0.0)
-        self.assertGreater(float(trainer.step.loss_metrics["aligner"].result()), 0.0)
-        self.assertLess(after[1], 0.5 * durations)
-        self.assertGreater(float(trainer.step.loss_metrics["durations"].result()), 0.0)
-
-    def test_a_decoder_reading_the_aligned_text_learns_the_frames(self):
-        # decoder_input aligned_text with prosody_features in the compiled step: the mel comes
-        # from the text placed by the aligner's path and its tokens' pitch and energy alone,
-        # and 15 steps on one batch fit it; the prosody predictor learns those tokens' values.
-        b = batch(size=4)
-        trainer = make_trainer(os.path.join(self.workdir, "aligned_text"),
-                               {"text_alignment": "durations", "decoder_input": "aligned_text",
-                                "prosody_features": True, "self_feeding": 0.0,
-                                "frame_dropout": 0.0}, xla=False,
-                               guided_attention_weight=0.0)
-
-        def losses():
-            out = trainer._losses(b, trainer.step.step, False)
-            return float(out["mel"]), float(out["prosody"])
-
-        before = losses()
-        for _ in range(15):
-            trainer.step(b)
-        after = losses()
-        self.assertLess(after[0], 0.8 * before[0])
-        self.assertLess(after[1], 0.5 * before[1])
-        self.assertGreater(float(trainer.step.loss_metrics["prosody"].result()), 0.0)
-
-
 class ScheduleAndPrecisionTest(unittest.TestCase):
     def test_schedules(self):
         # Warmup then cosine to the floor; Noam peaks at warmup; both serialize.

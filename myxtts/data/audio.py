@@ -34,38 +34,6 @@ def mel_filterbank(sample_rate: int, n_fft: int, n_mels: int, fmin: float,
                                htk=False, norm="slaney").T.astype(np.float32)
 
 
-PITCH_COMB_TOP_HZ = 800.0  # the mel bands a pitch comb covers: resolved harmonics only
-PITCH_LOWEST_HZ, PITCH_HIGHEST_HZ = 65.0, 520.0
-PITCH_STEPS_PER_OCTAVE = 24
-
-
-def mel_pitch_combs(data_config) -> Tuple[np.ndarray, np.ndarray]:
-    """Harmonic combs for reading the pitch off the data's log mel (model.prosody_features,
-    data_config a DataConfig): for each
-    candidate f0 (65-520 Hz, 24 a octave), the log10 mel of a spectrum with a narrow peak at
-    every harmonic below PITCH_COMB_TOP_HZ, over the mel bands whose centre lies below it
-    ([bands, candidates] float32), and the candidates' log2 f0 [candidates]. Only the low bands:
-    above ~800 Hz the mel bands are wider than a low voice's harmonic spacing. On real Dutch
-    voice acting (fillets_nl, 20 lines) the best-matching comb (`models.prosody.frame_pitch`)
-    is within 0.2 octave of pYIN's f0 on 96% of a female voice's and 87% of a male voice's
-    voiced frames (median error 0.026 and 0.032 octave)."""
-    d = data_config
-    sample_rate, n_fft = d.sample_rate, d.n_fft
-    filters = mel_filterbank(sample_rate, n_fft, d.n_mels, d.fmin, d.fmax)
-    centres = librosa.mel_frequencies(d.n_mels + 2, fmin=d.fmin, fmax=d.fmax)[1:-1]
-    bands = max(2, int(np.sum(centres <= PITCH_COMB_TOP_HZ)))
-    freqs = np.arange(n_fft // 2 + 1) * sample_rate / n_fft
-    steps = int(round(np.log2(PITCH_HIGHEST_HZ / PITCH_LOWEST_HZ) * PITCH_STEPS_PER_OCTAVE))
-    log2_f0 = np.log2(PITCH_LOWEST_HZ) + np.arange(steps + 1) / PITCH_STEPS_PER_OCTAVE
-    width = sample_rate / n_fft  # one FFT bin: a harmonic's peak under the analysis window
-    combs = []
-    for f0 in 2.0 ** log2_f0:
-        harmonics = np.arange(1, int(PITCH_COMB_TOP_HZ // f0) + 1)[:, None] * f0
-        spectrum = np.exp(-0.5 * ((freqs[None] - harmonics) / width) ** 2).sum(axis=0)
-        combs.append(np.log10(spectrum @ filters[:, :bands] + 1e-12))
-    return np.stack(combs, axis=1).astype(np.float32), log2_f0.astype(np.float32)
-
-
 def mel_bands(filters: np.ndarray, bands: int = 3):
     """The mel projection as `bands` dense blocks (first_bin, end_bin, weights [bins, mels]) over
     consecutive filters, cut where they multiply the fewest zero weights: a filter covers a few

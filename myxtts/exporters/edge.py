@@ -192,8 +192,7 @@ def vocoder_parts(window: int):
 def constant_state(name: str) -> bool:
     """Whether decode state tensor `name` (DecodeState.to_tensors) stays as decode_start made
     it."""
-    return (name.startswith(("memory_", "norms_", "matching_"))
-            or name in ("text", "text_mask", "token_ends", "limit"))
+    return name.startswith(("memory_", "norms_", "matching_")) or name in ("text_mask", "limit")
 
 
 def _convert_tflite(function, quantize: str) -> bytes:

@@ -18,7 +18,6 @@ import keras
 import tensorflow as tf
 
 from myxtts.config import XTTSConfig
-from myxtts.data.audio import mel_pitch_combs
 from myxtts.data.text import Tokenizer
 from myxtts.errors import MyXTTSError
 from myxtts.model_info import read_model_info
@@ -138,7 +137,7 @@ def restore_model(directory: str, path: str, config: XTTSConfig,
     """A model built from the run's `config` and `tokenizer` (under the current precision
     policy and device) with the model weights of checkpoint `path` of run `directory`."""
     model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
-                      config.data.n_mels, pitch_combs=mel_pitch_combs(config.data))
+                      config.data.n_mels)
     root = tf.train.Checkpoint(model=model)
     problem = None
     missing = _unreachable_weights(root, model)

@@ -1,12 +1,7 @@
-"""Mel decoder: step inputs, causal transformer with cross-attention, heads, postnet.
+"""Autoregressive mel decoder: prenet, causal transformer with cross-attention, heads, postnet.
 
-Decoder steps: with reduction factor r, step s predicts frames [s*r, (s+1)*r). Its input
-(model.decoder_input) is either
-- previous_frames: the r frames of step s-1 flattened to r*n_mels (a zero "go" group for
-  s = 0), through the prenet: autoregressive; or
-- aligned_text: for each of its r frames, the voiced text of the token the frame is aligned to
-  and the frame's place in that token (models/durations.py `frame_positions`), flattened to
-  r*(d_model + PLACE_FEATURES) (`aligned_inputs`): no frame depends on decoded frames.
+Decoder steps: with reduction factor r, step s predicts frames [s*r, (s+1)*r). Its input is the
+r frames of step s-1 flattened to r*n_mels (a zero "go" group for s = 0), through the prenet.
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ from myxtts.models.layers import (TransformerStack, apply_dense, causal_mask, de
 
 # Decoder memories, in the order of the blocks' cross-attention sub-layers.
 LATENTS, TEXT = 0, 1
-PLACE_FEATURES = 2  # per frame with decoder_input aligned_text (durations.frame_positions)
 
 
 def _position_keep_mask(positions: tf.Tensor, width: int, layer: int, rate: float) -> tf.Tensor:
@@ -131,18 +125,13 @@ class MelDecoder(keras.layers.Layer):
         self.dropout = config.dropout
         self.frame_dropout = config.frame_dropout
         self.self_feeding = config.self_feeding
-        self.prenet = (Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
-                              name="prenet")
-                       if config.decoder_input == "previous_frames" else None)
-        self.input_width = (self.r * (config.d_model + PLACE_FEATURES) if self.prenet is None
-                            else config.prenet_dim)
+        self.prenet = Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
+                             name="prenet")
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.transformer = TransformerStack(
             config.decoder_layers, config.d_model, config.num_heads,
             config.ff_multiplier * config.d_model, config.dropout, num_memories=2,
-            gradient_checkpointing=config.gradient_checkpointing,
-            # Forward attention reads the text in order; with durations the reading mask does.
-            forward_memory=TEXT if config.text_alignment == "attention" else -1,
+            gradient_checkpointing=config.gradient_checkpointing, forward_memory=TEXT,
             name="transformer")
         # Heads in float32: their outputs feed the losses directly (Keras mixed-precision advice).
         self.mel_projection = keras.layers.Dense(self.r * n_mels, dtype="float32",
@@ -158,9 +147,8 @@ class MelDecoder(keras.layers.Layer):
                             if config.voice_norms else None)
 
     def build(self, input_shape=None):
-        if self.prenet is not None:
-            self.prenet.build(None)
-        self.input_projection.build((None, None, self.input_width))
+        self.prenet.build(None)
+        self.input_projection.build((None, None, self.prenet.units))
         self.transformer.build(None)
         self.mel_projection.build((None, None, self.d_model))
         self.stop_projection.build((None, None, self.d_model))
@@ -176,12 +164,6 @@ class MelDecoder(keras.layers.Layer):
         [B, L, d] on every token."""
         if self.speaker_projection is None:
             return text
-        if not self.built:
-            # With durations the voiced text is read (by the duration predictor) before the
-            # decoder's first call: build it here, under its own name, so its weights keep their
-            # paths and its call finds them.
-            with keras.name_scope(self.name, caller=self):
-                self.build(None)
         voice = self.speaker_projection(tf.reduce_mean(tf.cast(latents, text.dtype), axis=1))
         return text + tf.cast(voice, text.dtype)[:, None, :]
 
@@ -198,25 +180,14 @@ class MelDecoder(keras.layers.Layer):
     def position_tables(self, positions):
         """Everything position-dependent for decoder steps `positions` [S]: (prenet keep masks,
         sinusoidal encodings [S, d]). Decoding computes them once and slices per step."""
-        keep_masks = [] if self.prenet is None else self.prenet.keep_masks(positions)
-        return keep_masks, sinusoidal_encoding(positions, self.d_model)
-
-    def aligned_inputs(self, text, tokens, places):
-        """decoder_input aligned_text: the conditioned text [B, T, d], the tokens of K frames
-        [B, K] and their places [B, K, PLACE_FEATURES] (K a multiple of r) → step inputs
-        [B, K/r, r*(d + PLACE_FEATURES)]."""
-        frames = tf.concat([tf.gather(text, tokens, batch_dims=1),
-                            tf.cast(places, text.dtype)], axis=-1)
-        b, k = tf.shape(tokens)[0], tf.shape(tokens)[1]
-        return tf.reshape(frames, [b, k // self.r, self.input_width])
+        return self.prenet.keep_masks(positions), sinusoidal_encoding(positions, self.d_model)
 
     def embed_inputs(self, step_inputs, tables, seed=None, training=False):
-        """step_inputs [B, S, r*n_mels] (previous steps' frames, or `aligned_inputs`) and
-        `position_tables` of those S steps → [B, S, d]."""
+        """step_inputs [B, S, r*n_mels] (previous steps' frames) and `position_tables` of those
+        S steps → [B, S, d]."""
         keep_masks, encodings = tables
-        x = step_inputs if self.prenet is None else self.prenet(
-            step_inputs, keep_masks, fold_seed(seed, 0), training=training)
-        x = self.input_projection(x)
+        x = self.input_projection(self.prenet(step_inputs, keep_masks, fold_seed(seed, 0),
+                                              training=training))
         x = x + tf.cast(encodings, x.dtype)[None]
         return stateless_dropout(x, self.dropout, fold_seed(seed, 1))
 
@@ -225,15 +196,13 @@ class MelDecoder(keras.layers.Layer):
         """The weights of `embed_step` and `step_heads`, read once before a decode loop; the
         mel and stop heads as one matrix. The transformer's come from its blocks'
         `step_weights` and `layers.norm_weights(transformer.final_norm)`."""
-        prenet = [] if self.prenet is None else self.prenet.layers_
-        return {"prenet": [dense_weights(layer) for layer in prenet],
+        return {"prenet": [dense_weights(layer) for layer in self.prenet.layers_],
                 "input": dense_weights(self.input_projection),
                 "heads": dense_weights(self.mel_projection, self.stop_projection)}
 
     def embed_step(self, previous, keep_rows, encoding, weights):
-        """`embed_inputs` of one decode step: its input [B, r*n_mels] (the last step's frames)
-        or [B, r*(d + PLACE_FEATURES)] (`aligned_inputs`), that step's keep-mask rows and
-        encoding → [B, d]."""
+        """`embed_inputs` of one decode step: previous [B, r*n_mels] (the last step's frames),
+        that step's keep-mask rows and encoding → [B, d]."""
         x = previous
         for i, layer_weights in enumerate(weights["prenet"]):
             x = tf.nn.relu(apply_dense(x, layer_weights))

@@ -2,8 +2,7 @@
 
 Public API (docs/model.md has the diagram and the contracts):
 
-    model = XTTSModel(config.model, vocab_size, num_languages, n_mels,   # weights built here
-                      pitch_combs=mel_pitch_combs(config.data))  # model.prosody_features
+    model = XTTSModel(config.model, vocab_size, num_languages, n_mels)   # weights built here
     out = model(batch, training=...)        # teacher forced; batch as in docs/architecture.md
         (batch["speaker_latents"], float32 [B, L, d] as from speaker_latents, replaces
         "ref_mel"/"ref_lengths": a voice's latents given, as inference.voice_adaptation does)
@@ -17,14 +16,6 @@ Public API (docs/model.md has the diagram and the contracts):
                                                        cross-attention heads (guided loss)
         out["speaker_embedding"] float32 [B, d]        mean of the reference's speaker latents
                                                        (the perceiver's, without the spectrum row)
-    with model.text_alignment durations also (models/durations.py)
-        out["aligner_log_probs"] float32 [B, T_mel, T_text]  the aligner's log P(token | frame)
-        out["durations"]   float32 [B, T_text]         frames per token on its monotonic path
-        out["log_durations"] float32 [B, T_text]       the duration predictor's log(1 + frames)
-    with model.prosody_features also (models/prosody.py)
-        out["prosody"]     float32 [B, T_text, 2]      each token's pitch and energy from the
-                                                       recorded mel over its aligned frames
-        out["predicted_prosody"] float32 [B, T_text, 2]  the prosody predictor's
     with model.reading_probe also (models/reading_probe.py)
         out["reading_logits"] float32 [B, T_mel, vocab]  the probe's CTC logits on the recorded
                                                        mel (id 0, padding, is the blank)
@@ -82,15 +73,11 @@ import tensorflow as tf
 from myxtts.config import (REFERENCE_MATCHING_FRAMES, REFERENCE_MATCHING_NEIGHBOURS,
                            ModelConfig)
 from myxtts.models.decoder import TEXT, LATENTS, MelDecoder, Postnet, previous_step_inputs
-from myxtts.models.durations import (TextMelAligner, TokenPredictor, frame_positions,
-                                     monotonic_alignment, predicted_token_ends,
-                                     step_reading_mask, token_durations, tokens_at)
 from myxtts.models.encoders import REFERENCE_FRAME_PAD, SpeakerEncoder, TextEncoder
 from myxtts.models.layers import (apply_norm, fold_seed, forward_initial_state,
                                   in_static_context, in_xla_context, key_padding_mask,
                                   length_mask, modulate, norm_weights, slot_buffer,
                                   window_mask, write_slot)
-from myxtts.models.prosody import PROSODY_FEATURES, token_prosody
 from myxtts.models.reading_probe import PROBE_CHANNELS, ReadingProbe
 
 
@@ -99,14 +86,6 @@ class _FunctionCache:
 
     def __init__(self):
         self.functions = {}
-
-
-class _PitchCombs:
-    """The data's pitch combs (`data.audio.mel_pitch_combs`), as a plain object so Keras/TF
-    tracking ignores them."""
-
-    def __init__(self, combs, log2_f0):
-        self.combs, self.log2_f0 = combs, log2_f0
 
 
 class DecodeState(NamedTuple):
@@ -132,12 +111,7 @@ class DecodeState(NamedTuple):
     #   multiplied by before (model.reference_spread; ones without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
-    text: tf.Tensor  # compute dtype [B, T, d]: the encoded text with its voice (and, with
-    #   model.prosody_features, its predicted pitch and energy), which model.decoder_input
-    #   aligned_text draws each step's input from
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
-    token_ends: tf.Tensor  # int32 [B, T]: model.text_alignment durations: the frame each token
-    #   ends at, from the duration predictor (zeros with attention)
     limit: tf.Tensor  # int32 [B]: the item's length cap in steps
     norms: tuple  # model.voice_norms: (float32 [B, N, 2, d],) the scale and shift of each of
     #   the decoder's N norms for this voice; () without (LiteRT refuses empty tensors)
@@ -228,7 +202,7 @@ def _invariants(state: DecodeState) -> DecodeState:
 
 class XTTSModel(keras.Model):
     def __init__(self, config: ModelConfig, vocab_size: int, num_languages: int, n_mels: int,
-                 pitch_combs=None, **kwargs):
+                 **kwargs):
         kwargs.setdefault("name", "xtts")
         super().__init__(**kwargs)
         self.config = config
@@ -242,23 +216,6 @@ class XTTSModel(keras.Model):
         self.speaker_encoder = SpeakerEncoder(config, n_mels, name="speaker_encoder")
         self.decoder = MelDecoder(config, n_mels, name="decoder")
         self.postnet = Postnet(config, n_mels, name="postnet")
-        self.by_durations = config.text_alignment == "durations"
-        self.by_text = config.decoder_input == "aligned_text"
-        self.aligner = (TextMelAligner(vocab_size, n_mels, config.d_model, name="aligner")
-                        if self.by_durations else None)
-        self.duration_predictor = (TokenPredictor(config.d_model, config.dropout,
-                                                  name="duration_predictor")
-                                   if self.by_durations else None)
-        self.by_prosody = config.prosody_features
-        if self.by_prosody and pitch_combs is None:
-            raise ValueError("model.prosody_features reads the pitch off the mel: pass "
-                             "XTTSModel(..., pitch_combs=data.audio.mel_pitch_combs(config.data)).")
-        self.pitch_combs = _PitchCombs(*pitch_combs) if self.by_prosody else None
-        self.prosody_predictor = (TokenPredictor(config.d_model, config.dropout,
-                                                 PROSODY_FEATURES, name="prosody_predictor")
-                                  if self.by_prosody else None)
-        self.prosody_projection = (keras.layers.Dense(config.d_model, name="prosody_projection")
-                                   if self.by_prosody else None)
         self.reading_probe = (ReadingProbe(vocab_size, n_mels, PROBE_CHANNELS,
                                            name="reading_probe")
                               if config.reading_probe else None)
@@ -303,28 +260,9 @@ class XTTSModel(keras.Model):
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
         text_mask = key_padding_mask(token_lengths, tf.shape(tokens)[1])
-        reading = {}
-        step_inputs = None
-        if self.by_durations:
-            voiced = self.decoder.condition_text(text, latents)
-            reading = self._durations(batch, voiced, seed, training)
-            text_mask = reading.pop("text_mask")
-            path = reading.pop("frame_tokens")
-            if self.by_prosody:
-                reading["prosody"] = token_prosody(
-                    mel, tf.cast(batch["mel_lengths"], tf.int32), path, tf.shape(tokens)[1],
-                    self.pitch_combs.combs, self.pitch_combs.log2_f0)
-                reading["predicted_prosody"] = self.prosody_predictor(
-                    tf.stop_gradient(voiced), token_lengths, seed=fold_seed(seed, 5),
-                    training=training)
-                voiced = self.with_prosody(voiced, reading["prosody"])
-            if self.by_text:
-                ends = tf.cast(tf.cumsum(reading["durations"], axis=1), tf.int32)
-                step_inputs = self._aligned_step_inputs(voiced, ends, token_lengths, 0, t)
-        if step_inputs is None:
-            step_inputs = previous_step_inputs(_relative(mel, spectrum, scale), r)
         frames, stop, text_attention = self.decoder(
-            step_inputs, latents, text, text_mask, seed=fold_seed(seed, 2), training=training)
+            previous_step_inputs(_relative(mel, spectrum, scale), r), latents, text, text_mask,
+            seed=fold_seed(seed, 2), training=training)
         mel_before = _absolute(tf.reshape(frames, [b, t, n]), spectrum, scale)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
@@ -332,8 +270,7 @@ class XTTSModel(keras.Model):
                    "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
                                                 axis=1),
                    "text_attention": text_attention,
-                   "speaker_embedding": tf.cast(tf.reduce_mean(voice, axis=1), tf.float32),
-                   **reading}
+                   "speaker_embedding": tf.cast(tf.reduce_mean(voice, axis=1), tf.float32)}
         if self.reading_probe is not None:
             outputs["reading_logits"] = self.reading_probe(mel)
             outputs["reading_logits_output"] = self.reading_probe(mel_after, frozen=True)
@@ -358,43 +295,6 @@ class XTTSModel(keras.Model):
             return latents
         kept = tf.random.stateless_uniform([tf.shape(latents)[0], 1, 1], seed) >= rate
         return latents * tf.cast(kept, latents.dtype)
-
-    def _durations(self, batch, voiced_text, seed, training) -> Dict[str, tf.Tensor]:
-        """model.text_alignment durations, teacher forced: the aligner's log P(token | frame)
-        on the recorded mel, its monotonic path, the tokens' frame counts, the duration
-        predictor's log(1 + frames) (on the text with its voice, `voiced_text`; no gradient
-        into the text encoder from it) and the decoder's reading mask [B, 1, S, T_text] from
-        the path, and the path itself ("frame_tokens" [B, T_mel])."""
-        r = self.reduction_factor
-        tokens, token_lengths = batch["tokens"], tf.cast(batch["token_lengths"], tf.int32)
-        mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
-        t_text = tf.shape(tokens)[1]
-        log_probs = self.aligner(tokens, token_lengths, batch["mel"], mel_lengths)
-        path = monotonic_alignment(log_probs, token_lengths, mel_lengths)
-        voiced_text = tf.stop_gradient(voiced_text)
-        return {"aligner_log_probs": log_probs,
-                "durations": token_durations(path, t_text, mel_lengths),
-                "log_durations": self.duration_predictor(voiced_text, token_lengths,
-                                                         seed=fold_seed(seed, 4),
-                                                         training=training),
-                "text_mask": step_reading_mask(path[:, ::r], path[:, r - 1::r], token_lengths,
-                                               t_text),
-                "frame_tokens": path}
-
-    def with_prosody(self, voiced_text, prosody):
-        """model.prosody_features: the voiced text [B, T, d] with each token's pitch and energy
-        [B, T, PROSODY_FEATURES] (the recording's or the predictor's) projected onto it: what
-        the decoder's steps read."""
-        return voiced_text + tf.cast(self.prosody_projection(prosody), voiced_text.dtype)
-
-    def _aligned_step_inputs(self, voiced_text, token_ends, token_lengths, first_frame,
-                             frames):
-        """decoder_input aligned_text: the inputs [B, frames / r, r*(d + 2)] of the steps over
-        frames [first_frame, first_frame + frames), placed by token_ends [B, T_text]."""
-        b = tf.shape(token_ends)[0]
-        positions = tf.tile((first_frame + tf.range(frames))[None], [b, 1])
-        tokens, places = frame_positions(token_ends, positions, token_lengths)
-        return self.decoder.aligned_inputs(voiced_text, tokens, places)
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]
@@ -496,9 +396,7 @@ class XTTSModel(keras.Model):
         after ceil(token_lengths[b] * max_frames_per_token / r) steps, or after max_steps steps.
         With model.decode_attention_window = w > 0, every text cross-attention of step s may
         only look at tokens [p - 1, p + w], p being the peak of step s-1's alignment (forced
-        monotonic: p never moves back), so the decode reads the text in order. With
-        model.text_alignment durations the window is instead the tokens that step's frames fall
-        on by the predicted durations, and one on each side.
+        monotonic: p never moves back), so the decode reads the text in order.
         """
         if not use_cache:
             return self._reference_decode(tokens, token_lengths, language_ids, latents,
@@ -525,11 +423,6 @@ class XTTSModel(keras.Model):
         statistics = _start_statistics(spread) if self.config.reference_statistics else ()
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
-        token_ends = (predicted_token_ends(self.duration_predictor(text, token_lengths),
-                                           token_lengths)
-                      if self.by_durations else tf.zeros([b, t_text], tf.int32))
-        step_text = (self.with_prosody(text, self.prosody_predictor(text, token_lengths))
-                     if self.by_prosody else text)
         blocks = self.decoder.transformer.blocks
         heads = blocks[0].self_attention
         cache_shape = [b, heads.num_heads, heads.head_dim]
@@ -549,8 +442,7 @@ class XTTSModel(keras.Model):
             memory=tuple((block.cross_attentions[LATENTS].key_value_heads(latents),
                           block.cross_attentions[TEXT].key_value_heads(text))
                          for block in blocks),
-            text=step_text, text_mask=key_padding_mask(token_lengths, t_text),
-            token_ends=token_ends,
+            text_mask=key_padding_mask(token_lengths, t_text),
             limit=tf.clip_by_value(limit, 1, max_steps),
             norms=(() if self.decoder.voice_norms is None
                    else (self.decoder.norm_modulation(latents),)),
@@ -576,10 +468,7 @@ class XTTSModel(keras.Model):
             return (s.step < end) & ~tf.reduce_all(s.done)
 
         def body(s):
-            step_input = (self._aligned_step_inputs(s.text, s.token_ends, _token_lengths(s),
-                                                    s.step * r, r)[:, 0]
-                          if self.by_text else s.previous)
-            x = self.decoder.embed_step(step_input,
+            x = self.decoder.embed_step(s.previous,
                                         [tf.gather(m, s.step) for m in keep_masks],
                                         tf.gather(encodings, s.step), decoder_weights)
             masks = [None, self._step_text_mask(s)]
@@ -660,18 +549,9 @@ class XTTSModel(keras.Model):
                 _twice(_first_half(align)))
 
     def _step_text_mask(self, state: "DecodeState") -> tf.Tensor:
-        """The tokens step `state.step` may attend to, [B, 1, 1, T]: with durations, the tokens
-        its frames fall on by the predicted durations and one on each side; with attention,
-        the decode window around the attention's furthest peak (decode_attention_window)."""
+        """The tokens step `state.step` may attend to, [B, 1, 1, T]: the decode window around
+        the attention's furthest peak (decode_attention_window)."""
         text_mask = state.text_mask
-        if self.by_durations:
-            r = self.reduction_factor
-            token_lengths = _token_lengths(state)
-            first = state.step * r + tf.zeros_like(token_lengths)
-            on = tokens_at(state.token_ends, tf.stack([first, first + r - 1], axis=1),
-                           token_lengths)
-            return step_reading_mask(on[:, :1], on[:, 1:], token_lengths,
-                                     tf.shape(text_mask)[-1])
         ahead = self.config.decode_attention_window
         if ahead <= 0:
             return text_mask
@@ -716,9 +596,6 @@ class XTTSModel(keras.Model):
         text = self.text_encoder(tokens, token_lengths, language_ids)
         latents = self.split_latents(tf.cast(latents, self.compute_dtype))[0]
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
-        aligned = (self._aligned_step_inputs(state.text, state.token_ends,
-                                             _token_lengths(state), 0, max_steps * r)
-                   if self.by_text else None)
 
         def cond(s, inputs, windows):
             return (s.step < max_steps) & ~tf.reduce_all(s.done)
@@ -727,15 +604,12 @@ class XTTSModel(keras.Model):
             # The text masks of the steps so far ([B, steps, T_text]), so recomputing a step
             # sees the window it was decoded with.
             windows = tf.concat([windows, self._step_text_mask(s)[:, :, 0]], axis=1)
-            step_inputs = inputs if aligned is None else aligned[:, :s.step + 1]
-            frames, stop, weights = self.decoder(step_inputs, latents, text, windows[:, None])
+            frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
             frames, stop, align = self._guide(frames, stop, align)
             s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
-            if aligned is None:
-                inputs = tf.concat([inputs, frames[:, None]], axis=1)
-            return s, inputs, windows
+            return s, tf.concat([inputs, frames[:, None]], axis=1), windows
 
         # The full-recompute inputs and windows grow by one step per iteration.
         invariants = (_invariants(state), tf.TensorShape([None, None, r * self.n_mels]),
@@ -833,11 +707,6 @@ def _matched(mel, spectrum, reference, share: float, valid=None):
     if valid is not None:
         move &= valid[:, :, None]
     return tf.where(move, x + share * (target - x), x)
-
-
-def _token_lengths(state: DecodeState) -> tf.Tensor:
-    """int32 [B]: the text tokens of each item of a decode."""
-    return tf.reduce_sum(tf.cast(state.text_mask[:, 0, 0], tf.int32), axis=-1)
 
 
 def _voiced_half(state: DecodeState) -> DecodeState:

@@ -14,14 +14,6 @@
                                    embeddings of the items' own recordings and of their
                                    references (0 when training.speaker_contrast_weight is 0:
                                    not computed)
-        "durations"                model.text_alignment durations: the duration predictor's
-                                   squared error on log(1 + frames) against the aligner's
-                                   path, per valid token (0 with attention)
-        "aligner"                  model.text_alignment durations: the aligner's forward-sum
-                                   loss, per valid frame (0 with attention)
-        "prosody"                  model.prosody_features: the prosody predictor's squared
-                                   error on each token's pitch and energy (mean of the two),
-                                   per valid token (0 without)
         "moments"                  spectral-moment loss of the postnet output: per item and
                                    mel band, its spread over time and its ripple across
                                    neighbouring bands against the recording's (0 when
@@ -42,9 +34,6 @@
                                    + alignment_loss_weight * alignment
                                    + speaker_contrast_weight * speaker_contrast
                                    + moment_loss_weight * moments
-                                   + duration_loss_weight * durations
-                                   + aligner_loss_weight * aligner
-                                   + prosody_loss_weight * prosody
                                    + reading_loss_weight * (reading + reading_output)
                                    + adversarial_on * (adversarial_weight * adversarial
                                    + adversarial_feature_weight * feature_matching): the
@@ -119,8 +108,7 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
     from the batch alone (a strategy sums them over the replicas BEFORE the forward pass):
     "mel" (valid frames x mel bands, also the postnet's), "stop" (every frame of every item),
     "attention" (valid decoder steps x `attention_heads`, the text_attention heads of all
-    decoder blocks), "items" (the batch's items), "frames" (valid mel frames), "tokens"
-    (valid tokens)."""
+    decoder blocks), "items" (the batch's items)."""
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
     shape = tf.shape(batch["mel"])
     valid = tf.reduce_sum(tf.cast(tf.sequence_mask(mel_lengths, shape[1]), tf.float32))
@@ -130,8 +118,7 @@ def loss_counts(batch: Dict[str, tf.Tensor], reduction_factor: int,
     return {"mel": valid * tf.cast(shape[2], tf.float32),
             "stop": tf.cast(shape[0] * shape[1], tf.float32),
             "attention": steps * float(attention_heads),
-            "items": tf.cast(shape[0], tf.float32), "frames": valid,
-            "tokens": tf.reduce_sum(tf.cast(batch["token_lengths"], tf.float32))}
+            "items": tf.cast(shape[0], tf.float32)}
 
 
 def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
@@ -327,24 +314,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
     losses["moments"] = (moment_loss(outputs["mel_after"], target, mel_lengths,
                                      counts.get("items"))
                          if c.moment_loss_weight > 0 else tf.constant(0.0))
-    if "log_durations" in outputs:
-        tokens = tf.cast(tf.sequence_mask(token_lengths, tf.shape(outputs["durations"])[1]),
-                         tf.float32)
-        losses["durations"] = _masked_mean(
-            tf.square(outputs["log_durations"] - tf.math.log1p(outputs["durations"])), tokens,
-            counts.get("tokens"))
-        losses["aligner"] = alignment_loss(tf.exp(outputs["aligner_log_probs"]), token_lengths,
-                                           mel_lengths, 1, counts.get("frames"))
-    else:
-        losses["durations"] = losses["aligner"] = tf.constant(0.0)
-    if "predicted_prosody" in outputs:
-        tokens = tf.cast(tf.sequence_mask(token_lengths, tf.shape(outputs["prosody"])[1]),
-                         tf.float32)
-        losses["prosody"] = _masked_mean(
-            tf.reduce_mean(tf.square(outputs["predicted_prosody"] - outputs["prosody"]), -1),
-            tokens, counts.get("tokens"))
-    else:
-        losses["prosody"] = tf.constant(0.0)
     if "reading_logits" in outputs:
         for key in ("reading", "reading_output"):
             logits = outputs["reading_logits" if key == "reading" else "reading_logits_output"]
@@ -363,9 +332,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                        + c.alignment_loss_weight * losses["alignment"]
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
                        + c.moment_loss_weight * losses["moments"]
-                       + c.duration_loss_weight * losses["durations"]
-                       + c.aligner_loss_weight * losses["aligner"]
-                       + c.prosody_loss_weight * losses["prosody"]
                        + c.reading_loss_weight * (losses["reading"] + losses["reading_output"])
                        + adversarial.get("adversarial_on", 0.0)
                        * (c.adversarial_weight * losses["adversarial"]

@@ -29,7 +29,6 @@ import tensorflow as tf
 
 from myxtts.config import XTTSConfig
 from myxtts.data import audio_math
-from myxtts.data.audio import mel_pitch_combs
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation.metrics import (alignment_measures, character_errors, dtw_mcd_matrix,
                                        mel_cepstra, text_match, word_errors)
@@ -54,9 +53,8 @@ logger = logging.getLogger("myxtts.training")
 
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
-              "guided_attention_weight", "alignment", "speaker_contrast", "moments",
-              "durations", "aligner", "prosody", "reading", "reading_output", "adversarial",
-              "feature_matching", "discriminator")
+              "guided_attention_weight", "alignment", "speaker_contrast", "moments", "reading",
+              "reading_output", "adversarial", "feature_matching", "discriminator")
 
 ADVERSARIAL_DISTRIBUTED = (
     "training.adversarial_weight is set, but this run trains on a tf.distribute strategy "
@@ -123,7 +121,7 @@ class XTTSTrainer(Trainer):
                                       "when no model is passed.")
                 logger.info("Creating model on device: %s", ", ".join(self._replica_devices))
                 model = XTTSModel(config.model, tokenizer.vocab_size, len(config.data.languages),
-                                  config.data.n_mels, pitch_combs=mel_pitch_combs(config.data))
+                                  config.data.n_mels)
             self.model = model
             # Before the optimizer is built: frozen variables get no slots.
             update_scales = training_plan(
