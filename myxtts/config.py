@@ -37,7 +37,8 @@ REFERENCE_MATCHING_NEIGHBOURS = 4
 # the code does now (None: any value, none changes it); any other value is an error.
 RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "previous_frames",
                 "model.prosody_features": False, "training.duration_loss_weight": None,
-                "training.aligner_loss_weight": None, "training.prosody_loss_weight": None}
+                "training.aligner_loss_weight": None, "training.prosody_loss_weight": None,
+                "model.frame_dropout": 0.0}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -220,10 +221,6 @@ class ModelConfig:
     postnet_channels: int = _m(256, "Channels of the postnet convolutions.")
     postnet_kernel: int = _m(5, "Kernel size of the postnet convolutions.")
     dropout: float = _f(0.1, "Dropout in transformer blocks.")
-    frame_dropout: float = _f(0.0, "Training only: the share of decoder steps whose input "
-                                   "(the previous step's frames) is replaced by the zero "
-                                   "go-frame, so the decoder must find those frames from the "
-                                   "text and the voice rather than continue the ones before.")
     self_feeding: float = _f(0.0, "Training only: the share of decoder steps whose input is "
                                   "the model's own prediction of the previous step (from a "
                                   "first teacher-forced pass without gradient) instead of the "
@@ -605,7 +602,6 @@ class XTTSConfig:
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
              "and model.prenet_dropout must be in [0, 1).")
-        need(0 <= m.frame_dropout < 1, "model.frame_dropout", "must be in [0, 1).")
         need(0 <= m.self_feeding <= 1, "model.self_feeding", "must be in [0, 1].")
         need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
         need(not d.voice_warp_envelope or d.voice_warp > 0, "data.voice_warp_envelope",

@@ -606,26 +606,6 @@ class VoiceGuidanceTest(unittest.TestCase):
         self.assertGreater(_max_diff(cached["mel"], plain["mel"]), 1e-3)
 
 
-class FrameDropoutTest(unittest.TestCase):
-    """model.frame_dropout: in training, whole decoder step inputs become the zero go-frame."""
-
-    def test_dropped_steps_are_zero_frames_in_training_only(self):
-        config = tiny_config(frame_dropout=0.5)
-        decoder = tiny_model(config).decoder
-        inputs = tf.random.uniform([4, 50, decoder.r * decoder.n_mels], 0.5, 1.0, seed=1)
-        seed = tf.constant([3, 4], tf.int32)
-        dropped = decoder.drop_frames(inputs, seed, training=True).numpy()
-        zero_steps = np.all(dropped == 0.0, axis=-1)
-        kept = ~zero_steps
-        # Each step is whole: zero, or its frames unchanged.
-        np.testing.assert_array_equal(dropped[kept], inputs.numpy()[kept])
-        self.assertTrue(0.35 < zero_steps.mean() < 0.65, zero_steps.mean())
-        # The same seed drops the same steps; inference and rate 0 drop none.
-        np.testing.assert_array_equal(decoder.drop_frames(inputs, seed, training=True), dropped)
-        self.assertIs(decoder.drop_frames(inputs, seed, training=False), inputs)
-        self.assertIs(tiny_model().decoder.drop_frames(inputs, seed, training=True), inputs)
-
-
 class SelfFeedingTest(unittest.TestCase):
     """model.self_feeding: in training, step inputs become the model's own one-step-ahead
     predictions (from a first pass without gradient)."""

@@ -123,7 +123,6 @@ class MelDecoder(keras.layers.Layer):
         super().__init__(**kwargs)
         self.r, self.n_mels, self.d_model = config.reduction_factor, n_mels, config.d_model
         self.dropout = config.dropout
-        self.frame_dropout = config.frame_dropout
         self.self_feeding = config.self_feeding
         self.prenet = Prenet(self.r * n_mels, config.prenet_dim, config.prenet_dropout,
                              name="prenet")
@@ -219,15 +218,6 @@ class MelDecoder(keras.layers.Layer):
         """Decoder states [B, (S,) d] → (frames [B, (S,) r*n_mels], stop logits [B, (S,) r])."""
         return self.mel_projection(x), self.stop_projection(x)
 
-    def drop_frames(self, step_inputs, seed, training):
-        """Training: whole step inputs [B, S, r*n] set to the zero go-frame at rate
-        model.frame_dropout (one draw per step and item)."""
-        if not training or seed is None or self.frame_dropout <= 0.0:
-            return step_inputs
-        shape = tf.shape(step_inputs)
-        keep = tf.random.stateless_uniform([shape[0], shape[1], 1], seed) >= self.frame_dropout
-        return step_inputs * tf.cast(keep, step_inputs.dtype)
-
     def feed_own_frames(self, step_inputs, latents, text, text_mask, seed, training):
         """Training with model.self_feeding: parallel scheduled sampling (Duckworth et al.
         2019). A first pass, without gradient, predicts every step's frames from the recorded
@@ -253,11 +243,10 @@ class MelDecoder(keras.layers.Layer):
         of every block, blocks then heads [B, layers*H, S, T_text] float32)."""
         text = self.condition_text(text, latents)
         step_inputs = self.feed_own_frames(step_inputs, latents, text, text_mask, seed, training)
-        step_inputs = self.drop_frames(step_inputs, fold_seed(seed, 3), training)
         return self._forward(step_inputs, latents, text, text_mask, seed, training)
 
     def _forward(self, step_inputs, latents, text, text_mask, seed, training):
-        """`call` after the speaker conditioning and the training-only input changes."""
+        """`call` after the speaker conditioning and self-feeding's input changes."""
         s = tf.shape(step_inputs)[1]
         x = self.embed_inputs(step_inputs, self.position_tables(tf.range(s)), seed, training)
         x, weights = self.transformer(x, causal_mask(s), memories=[latents, text],
