@@ -69,6 +69,22 @@ class DecodeBackend(abc.ABC):
         return self.postnet_batch(np.asarray(mel_before)[None], first_frame, latents)[0]
 
 
+def step_slice(first: int, last: int, reduction_factor: int) -> slice:
+    """The decoder steps that wrote mel frames [first, last)."""
+    return slice(first // reduction_factor, -(-last // reduction_factor))
+
+
+def step_frames(steps: np.ndarray, first: int, last: int, reduction_factor: int,
+                n_mels: int) -> np.ndarray:
+    """Frames [first, last) of every row, [B, last - first, n_mels], from the steps
+    `step_slice(first, last, reduction_factor)` of a slot-major frame buffer, [steps, B,
+    reduction_factor * n_mels]."""
+    steps = np.asarray(steps)
+    frames = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1, n_mels)
+    start = first - (first // reduction_factor) * reduction_factor
+    return frames[:, start: start + last - first]
+
+
 def padded_tokens(sentences: Sequence[Sequence[int]], length: int) -> np.ndarray:
     """Token ids [B, length] int32 of `sentences`, each padded with zeros."""
     tokens = np.zeros([len(sentences), length], np.int32)

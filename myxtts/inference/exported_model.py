@@ -30,7 +30,8 @@ import tensorflow as tf
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
 from myxtts.decoding import scheduler
-from myxtts.decoding.backend import DecodeBackend, padded_length, padded_tokens
+from myxtts.decoding.backend import (DecodeBackend, padded_length, padded_tokens, step_frames,
+                                     step_slice)
 from myxtts.errors import MyXTTSError
 from myxtts.inference import streaming
 from myxtts.inference.reference_audio import load_reference
@@ -93,9 +94,8 @@ class ExportedDecoder(DecodeBackend):
 
     def batch_frames(self, state, first: int, last: int) -> np.ndarray:
         r = self.reduction_factor
-        steps = state["frames"][first // r: -(-last // r)].numpy()  # [steps, B, r * n_mels]
-        frames = steps.transpose(1, 0, 2).reshape(steps.shape[1], -1, self.n_mels)
-        return frames[:, first - (first // r) * r:][:, : last - first]
+        steps = state["frames"][step_slice(first, last, r)].numpy()
+        return step_frames(steps, first, last, r, self.n_mels)
 
     @functools.cached_property
     def _batch_axes(self) -> Dict[str, Optional[int]]:

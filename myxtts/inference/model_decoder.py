@@ -10,7 +10,8 @@ from typing import Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from myxtts.decoding.backend import DecodeBackend, padded_length, padded_tokens
+from myxtts.decoding.backend import (DecodeBackend, padded_length, padded_tokens, step_frames,
+                                     step_slice)
 from myxtts.models.xtts import batch_axes
 
 
@@ -56,9 +57,8 @@ class ModelDecoder(DecodeBackend):
 
     def batch_frames(self, state, first: int, last: int) -> np.ndarray:
         r, b = self.reduction_factor, self._rows(state)
-        steps = state.frames[first // r: -(-last // r), :b].numpy()  # [steps, B, r * n_mels]
-        frames = steps.transpose(1, 0, 2).reshape(b, -1, self.n_mels)
-        return frames[:, first - (first // r) * r:][:, : last - first]
+        steps = state.frames[step_slice(first, last, r), :b].numpy()
+        return step_frames(steps, first, last, r, self.n_mels)
 
     def select(self, state, rows: Sequence[int]):
         rows = list(rows)

@@ -31,7 +31,7 @@ import numpy as np
 from myxtts.config import XTTSConfig
 from myxtts.data.text import Tokenizer
 from myxtts.decoding import scheduler
-from myxtts.decoding.backend import DecodeBackend
+from myxtts.decoding.backend import DecodeBackend, step_frames, step_slice
 from myxtts.inference import streaming
 from myxtts.inference.text_front_end import TextFrontEnd
 from myxtts.inference.voices import Voice
@@ -130,7 +130,8 @@ class LiteDecoder(DecodeBackend):
         with self._lock:
             buffer = decode.arrays["frames"] if decode.arrays is not None else \
                 self._loop.value("frames")
-            return buffer[:, 0].reshape(1, -1, self.n_mels)[:, first:last].copy()
+            steps = buffer[step_slice(first, last, self.reduction_factor)]
+            return step_frames(steps, first, last, self.reduction_factor, self.n_mels).copy()
 
     def select(self, decode: LiteDecode, rows: Sequence[int]) -> LiteDecode:
         if list(rows) != [0]:
