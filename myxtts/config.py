@@ -38,7 +38,7 @@ REFERENCE_MATCHING_NEIGHBOURS = 4
 RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "previous_frames",
                 "model.prosody_features": False, "training.duration_loss_weight": None,
                 "training.aligner_loss_weight": None, "training.prosody_loss_weight": None,
-                "model.frame_dropout": 0.0}
+                "model.frame_dropout": 0.0, "training.alignment_loss_weight": 0.0}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -315,10 +315,6 @@ class TrainingConfig:
     guided_attention_sigma: float = _f(0.2, "Width of the diagonal prior.")
     guided_attention_decay_steps: int = _f(20000, "Steps over which that weight decays "
                                                   "linearly to 0; 0 = no decay.")
-    alignment_loss_weight: float = _f(0.0, "Weight of the forward-sum alignment loss on the "
-                                           "text attention (training/losses.py): every token "
-                                           "read in order, the last one at the last step, at "
-                                           "no fixed pace; 0 = off.")
     reading_loss_weight: float = _f(1.0, "With model.reading_probe: weight of its CTC losses "
                                          "(per token, in nats): the probe reading the "
                                          "recording, which trains the probe, and the probe "
@@ -637,8 +633,6 @@ class XTTSConfig:
              "training.lr_clock", "needs the step where training ends: set "
              "training.max_steps (a noam schedule has no end of its own).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
-        need(t.alignment_loss_weight >= 0, "training.alignment_loss_weight",
-             "must be >= 0 (0 = off).")
         need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
              "must be >= 0 (0 = off).")
         need(t.speaker_contrast_on in ("recording", "output"), "training.speaker_contrast_on",

@@ -6,8 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import TrainingConfig
-from myxtts.models.layers import FORWARD_JUMP
-from myxtts.training.losses import (alignment_loss, compute_losses, guided_attention_loss,
+from myxtts.training.losses import (compute_losses, guided_attention_loss,
                                     guided_attention_weight, moment_loss, speaker_contrast_loss)
 
 R = 2
@@ -73,56 +72,6 @@ class LossTest(unittest.TestCase):
         self.assertAlmostEqual(float(guided_attention_loss(tf.constant(short), *args)),
                                float(guided_attention_loss(tf.constant(garbage), *args)), 6)
 
-    def test_alignment_loss_is_the_forward_sum_over_monotonic_readings(self):
-        rng = np.random.default_rng(3)
-        steps, text = 4, 5
-        attention = rng.dirichlet(np.ones(text), size=(1, 2, steps)).astype(np.float32)
-
-        def paths(position, step):  # every reading from `position` at `step` to the last token
-            if step == steps:
-                return [[]] if position == text - 1 else []
-            return [[n] + rest for n in range(position, min(position + FORWARD_JUMP, text - 1) + 1)
-                    for rest in paths(n, step + 1)]
-
-        expected = np.mean([-np.log(sum(np.prod([attention[0, k, s, n] for s, n in enumerate(p)])
-                                        for p in paths(0, 0))) / steps for k in range(2)])
-        loss = alignment_loss(tf.constant(attention), tf.constant([text]),
-                              tf.constant([steps * R]), R)
-        self.assertAlmostEqual(float(loss), expected, places=4)
-
-    def test_alignment_loss_wants_every_token_read_at_any_pace(self):
-        steps, text = 8, 6
-        lengths = (tf.constant([text]), tf.constant([steps * R]), R)
-        loss = lambda readings: float(alignment_loss(
-            tf.constant(np.eye(text, dtype=np.float32)[readings][None]), *lengths))
-        even = [0, 1, 2, 2, 3, 4, 5, 5]
-        uneven = [0, 0, 0, 0, 1, 3, 5, 5]   # a pause, then quick reading: still 0
-        stalled = [0, 1, 2, 3, 3, 3, 3, 3]  # never reaches the last token
-        skipping = [0, 3, 4, 5, 5, 5, 5, 5]  # jumps three tokens at once
-        self.assertLess(loss(even), 1e-4)
-        self.assertLess(loss(uneven), 1e-4)
-        self.assertGreater(loss(stalled), 1.0)
-        self.assertGreater(loss(skipping), 1.0)
-        guided = lambda readings: float(guided_attention_loss(
-            tf.constant(np.eye(text, dtype=np.float32)[readings][None]), *lengths[:2], R, 0.2))
-        self.assertGreater(guided(uneven), guided(even))  # the diagonal prior fixes a pace
-        spread = np.full((1, steps, text), 1.0 / text, np.float32)
-        self.assertGreater(float(alignment_loss(tf.constant(spread), *lengths)), 1.0)
-        # Padded steps and tokens change nothing.
-        short = np.zeros((1, steps, text), np.float32)
-        short[0, :4, :3] = np.eye(3)[[0, 1, 1, 2]]
-        garbage = short.copy()
-        garbage[0, 4:, :] = 1.0
-        garbage[0, :, 3:] = 0.7
-        args = (tf.constant([3]), tf.constant([4 * R - 1]), R)
-        self.assertLess(float(alignment_loss(tf.constant(short), *args)), 1e-4)
-        self.assertAlmostEqual(float(alignment_loss(tf.constant(short), *args)),
-                               float(alignment_loss(tf.constant(garbage), *args)), 6)
-        # Six tokens in two steps: no reading reaches the last one; the item adds nothing.
-        both = np.concatenate([short, spread], axis=0)
-        two = (tf.constant([3, 6]), tf.constant([4 * R - 1, 2 * R]), R)
-        self.assertLess(float(alignment_loss(tf.constant(both), *two)), 1e-4)
-
     def test_guided_attention_weight_decays_linearly(self):
         config = TrainingConfig(guided_attention_weight=2.0, guided_attention_decay_steps=100)
         values = [float(guided_attention_weight(config, s)) for s in (0, 50, 100, 500)]
@@ -142,12 +91,6 @@ class LossTest(unittest.TestCase):
         self.assertAlmostEqual(float(losses["objective"]), float(objective), places=5)
         expected = objective + 0.5 * losses["guided_attention"]
         self.assertAlmostEqual(float(losses["total"]), float(expected), places=5)
-        self.assertEqual(float(losses["alignment"]), 0.0)  # off: not computed
-        config = TrainingConfig(alignment_loss_weight=0.25, guided_attention_weight=0.0)
-        losses = compute_losses(outputs, batch, config, 0, R)
-        self.assertGreater(float(losses["alignment"]), 0.0)
-        self.assertAlmostEqual(float(losses["total"]),
-                               float(losses["objective"] + 0.25 * losses["alignment"]), places=5)
 
 
 class SpeakerContrastTest(unittest.TestCase):

@@ -8,8 +8,6 @@
         "guided_attention"         guided-attention loss (diagonal prior) over every head of
                                    every decoder block's text attention, unweighted
         "guided_attention_weight"  its weight at `step` (linear decay to 0)
-        "alignment"                forward-sum alignment loss over the same heads, per decoder
-                                   step (0 when training.alignment_loss_weight is 0: not computed)
         "speaker_contrast"         contrastive speaker loss (InfoNCE) between the speaker
                                    embeddings of the items' own recordings and of their
                                    references (0 when training.speaker_contrast_weight is 0:
@@ -31,7 +29,6 @@
                                    + stop_loss_weight * stop: what validation ranks checkpoints
                                    and early-stops on (it does not depend on the step)
         "total"                    objective + guided_attention_weight * guided_attention
-                                   + alignment_loss_weight * alignment
                                    + speaker_contrast_weight * speaker_contrast
                                    + moment_loss_weight * moments
                                    + reading_loss_weight * (reading + reading_output)
@@ -61,7 +58,6 @@ from typing import Dict, Optional
 import tensorflow as tf
 
 from myxtts.config import TrainingConfig
-from myxtts.models.layers import FORWARD_JUMP, forward_initial_state, forward_moves
 
 
 def _masked_mean(values: tf.Tensor, mask: tf.Tensor, count=None) -> tf.Tensor:
@@ -144,42 +140,6 @@ def guided_attention_loss(attention: tf.Tensor, token_lengths: tf.Tensor,
     off_diagonal = tf.reduce_sum(attention * penalty[:, None], axis=-1)  # [B, K, S]
     valid = tf.cast(tf.sequence_mask(step_lengths, steps), tf.float32)[:, None, :]
     return _masked_mean(off_diagonal, valid, count)
-
-
-_LOG_FLOOR = 1e-8  # attention weights below this count as this in the forward sum
-
-
-def alignment_loss(attention: tf.Tensor, token_lengths: tf.Tensor, mel_lengths: tf.Tensor,
-                   reduction_factor: int, count=None) -> tf.Tensor:
-    """Forward-sum alignment loss (the monotonic-alignment likelihood of RAD-TTS, with the
-    forward attention's moves instead of CTC blanks). attention [B, K, S, T] or [B, S, T]: each
-    decoder step's distribution over the tokens. For item b and head k, the log of the summed
-    probability of every reading path that starts on the first token, stays or moves forward by
-    up to FORWARD_JUMP tokens each step, and is on the last token (N_b - 1) at the last valid
-    step (S_b - 1): sum over paths of prod_s A[b, k, s, n_s]. Its negative, summed over items and
-    heads and divided by their valid steps (K * sum_b S_b, or `count`): 0 for a one-hot reading
-    that ends on the last token at the last step, whatever its pace; large for attention that
-    is spread out, stalls before the end or overshoots it. Items whose last token no path can
-    reach in their steps (N_b - 1 > FORWARD_JUMP * S_b) add nothing."""
-    attention = tf.cast(attention, tf.float32)
-    if attention.shape.rank == 3:
-        attention = attention[:, None]
-    shape = tf.shape(attention)
-    log_weights = tf.math.log(tf.maximum(attention, _LOG_FLOOR))
-    paths = tf.scan(lambda previous, step: forward_moves(previous) + step,
-                    tf.transpose(log_weights, [2, 0, 1, 3]),
-                    initializer=forward_initial_state(shape[0], attention.shape[1], shape[3]))
-    step_lengths = _step_lengths(tf.cast(mel_lengths, tf.int32), reduction_factor)
-    last_step = tf.gather(tf.transpose(paths, [1, 2, 0, 3]), step_lengths - 1, axis=2,
-                          batch_dims=1)                                           # [B, K, T]
-    token_lengths = tf.cast(token_lengths, tf.int32)
-    ends = tf.gather(last_step, token_lengths - 1, axis=2, batch_dims=1)          # [B, K]
-    # An item with more tokens than its steps can reach has no reading path: left out.
-    reachable = token_lengths - 1 <= FORWARD_JUMP * step_lengths
-    ends = tf.where(reachable[:, None], ends, 0.0)
-    if count is None:
-        count = tf.cast(tf.reduce_sum(step_lengths) * shape[1], tf.float32)
-    return -tf.reduce_sum(ends) / tf.maximum(count, 1.0)
 
 
 def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
@@ -303,9 +263,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                                                   c.guided_attention_sigma,
                                                   counts.get("attention")),
         "guided_attention_weight": guided_attention_weight(c, step),
-        "alignment": (alignment_loss(outputs["text_attention"], token_lengths, mel_lengths,
-                                     reduction_factor, counts.get("attention"))
-                      if c.alignment_loss_weight > 0 else tf.constant(0.0)),
     }
     losses["speaker_contrast"] = (
         speaker_contrast_loss(outputs["target_speaker_embedding"], outputs["speaker_embedding"],
@@ -329,7 +286,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                            + c.stop_loss_weight * losses["stop"])
     losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"]
-                       + c.alignment_loss_weight * losses["alignment"]
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
                        + c.moment_loss_weight * losses["moments"]
                        + c.reading_loss_weight * (losses["reading"] + losses["reading_output"])
