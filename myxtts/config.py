@@ -38,7 +38,8 @@ REFERENCE_MATCHING_NEIGHBOURS = 4
 RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "previous_frames",
                 "model.prosody_features": False, "training.duration_loss_weight": None,
                 "training.aligner_loss_weight": None, "training.prosody_loss_weight": None,
-                "model.frame_dropout": 0.0, "training.alignment_loss_weight": 0.0}
+                "model.frame_dropout": 0.0, "training.alignment_loss_weight": 0.0,
+                "training.moment_loss_weight": 0.0}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -333,12 +334,6 @@ class TrainingConfig:
                                                "voice into what it writes, a speaker "
                                                "consistency loss heard by the model's own "
                                                "encoder).")
-    moment_loss_weight: float = _f(0.0, "Weight of the spectral-moment loss on the postnet "
-                                        "output (training/losses.py): per utterance and mel "
-                                        "band, its spread over time and its ripple across "
-                                        "neighbouring bands must match the recording's, "
-                                        "against the over-smoothed (monotone, for low voices "
-                                        "unvoiced) output an L1 loss alone gives; 0 = off.")
     adversarial_weight: float = _f(0.0, "Weight of the adversarial mel loss "
                                         "(training/adversarial_mel.py): a voice-conditioned "
                                         "discriminator learns to tell recordings from the "
@@ -641,7 +636,6 @@ class XTTSConfig:
              "training.speaker_contrast_on",
              "is output, but training.speaker_contrast_weight is 0: set a weight (e.g. 0.2), "
              "or the loss it chooses is never computed.")
-        need(t.moment_loss_weight >= 0, "training.moment_loss_weight", "must be >= 0 (0 = off).")
         need(t.reading_loss_weight >= 0, "training.reading_loss_weight", "must be >= 0.")
         need(t.adversarial_weight >= 0 and t.adversarial_feature_weight >= 0,
              "training.adversarial_weight", "and training.adversarial_feature_weight must be "

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from myxtts.config import TrainingConfig
 from myxtts.training.losses import (compute_losses, guided_attention_loss,
-                                    guided_attention_weight, moment_loss, speaker_contrast_loss)
+                                    guided_attention_weight, speaker_contrast_loss)
 
 R = 2
 
@@ -130,56 +130,6 @@ class SpeakerContrastTest(unittest.TestCase):
         expected = self.loss(own[:2], reference[:2], [0, 1])
         self.assertAlmostEqual(float(on["speaker_contrast"]), expected, places=5)
         self.assertAlmostEqual(float(on["total"] - off["total"]), 0.5 * expected, places=5)
-
-
-class MomentLossTest(unittest.TestCase):
-    """Moment matching: the postnet output's spread over time and ripple across bands."""
-
-    def setUp(self):
-        rng = np.random.default_rng(3)
-        self.target = rng.normal(size=(2, 12, 8)).astype(np.float32)
-        self.lengths = tf.constant([12, 9])
-
-    def loss(self, prediction, count=None):
-        return float(moment_loss(tf.constant(prediction), tf.constant(self.target),
-                                 self.lengths, count))
-
-    def test_the_recording_itself_scores_zero_whatever_its_padding_and_timing(self):
-        prediction = self.target.copy()
-        prediction[1, 9:] = 99.0                                   # padding is ignored
-        self.assertLess(self.loss(prediction), 1e-3)
-        shifted = self.target.copy()
-        shifted[0] = np.roll(self.target[0], 5, axis=0)            # same frames, other order
-        shifted[1, :9] = self.target[1, :9][::-1]
-        self.assertLess(self.loss(shifted), 1e-3)
-
-    def test_an_over_smoothed_prediction_is_charged_its_missing_spread_and_ripple(self):
-        valid = [self.target[0], self.target[1, :9]]
-        flat = np.zeros_like(self.target)
-        for b, frames in enumerate(valid):
-            flat[b] = frames.mean(axis=0)                          # no movement over time
-        spread = np.mean([np.mean(frames.std(axis=0)) for frames in valid])
-        self.assertGreater(self.loss(flat), spread - 1e-3)
-        smooth = self.target.copy()
-        smooth[..., 1:-1] = (self.target[..., :-2] + self.target[..., 1:-1]
-                             + self.target[..., 2:]) / 3.0         # ripple across bands blurred
-        self.assertGreater(self.loss(smooth), 0.3)
-        self.assertLess(self.loss(0.5 * (smooth + self.target)), self.loss(smooth))
-
-    def test_gradients_are_finite_at_a_perfect_match_and_compute_losses_weighs_it(self):
-        prediction = tf.Variable(self.target)
-        with tf.GradientTape() as tape:
-            value = moment_loss(prediction, tf.constant(self.target), self.lengths)
-        self.assertTrue(np.all(np.isfinite(tape.gradient(value, prediction).numpy())))
-        smooth = 0.5 * self.target
-        self.assertAlmostEqual(self.loss(smooth, 4.0), self.loss(smooth) / 2, places=5)
-        outputs, batch = _batch_and_outputs()
-        off = compute_losses(outputs, batch, TrainingConfig(), 0, R)
-        self.assertEqual(float(off["moments"]), 0.0)               # off: not computed
-        on = compute_losses(outputs, batch, TrainingConfig(moment_loss_weight=2.0), 0, R)
-        expected = float(moment_loss(outputs["mel_after"], batch["mel"], batch["mel_lengths"]))
-        self.assertAlmostEqual(float(on["moments"]), expected, places=5)
-        self.assertAlmostEqual(float(on["total"] - off["total"]), 2.0 * expected, places=5)
 
 
 if __name__ == "__main__":

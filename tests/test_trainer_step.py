@@ -3,7 +3,7 @@ run by tests/logical_devices.py): placement of everything the trainer owns, grad
 accumulation equal to one big batch, non-finite steps skipped and counted (and a streak latching
 the stop flag), frames counted on the device, the fit loop's host-side step counting, float16 and
 bfloat16 steps, Muon, weight-decay exclusions, learning-rate schedules, the auto precision choice,
-update scales, the contrastive speaker loss, the spectral-moment loss, the reading probe.
+update scales, the contrastive speaker loss, the reading probe.
 
     python -m pytest tests/test_trainer_step.py -v
 """
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from myxtts.config import TrainingConfig  # noqa: E402
-from myxtts.training.losses import moment_loss, reading_loss  # noqa: E402
+from myxtts.training.losses import reading_loss  # noqa: E402
 from myxtts.training.monitoring import TrainingMonitor  # noqa: E402
 from myxtts.training.precision import resolve_precision  # noqa: E402
 from myxtts.training.schedules import build_schedule  # noqa: E402
@@ -343,27 +343,6 @@ class SpeakerContrastTest(TrainerTestCase):
             on_output.step(b)
         after, _ = contrast_gradients(on_output)
         self.assertLess(after, before)
-
-
-class MomentLossTest(TrainerTestCase):
-    def test_training_keeps_the_spread_an_l1_loss_alone_averages_away(self):
-        # Noise frames: nothing in the text or the frames before foretells them, so the L1
-        # loss alone is least for a flat prediction at their median; the moment loss keeps
-        # their spread over time and ripple across bands.
-        b = batch(size=4)
-        trainers = {weight: make_trainer(os.path.join(self.workdir, f"moments{weight}"),
-                                         xla=False, moment_loss_weight=weight)
-                    for weight in (0.0, 2.0)}
-
-        def moments(t):
-            outputs = t.model(b, training=False)
-            return float(moment_loss(outputs["mel_after"], b["mel"], b["mel_lengths"]))
-
-        for trainer in trainers.values():
-            for _ in range(10):  # 0.86 without the loss, 0.29 with it
-                trainer.step(b)
-        self.assertGreater(float(trainers[2.0].step.loss_metrics["moments"].result()), 0.0)
-        self.assertLess(moments(trainers[2.0]), 0.5 * moments(trainers[0.0]))
 
 
 class ReadingProbeTest(TrainerTestCase):

@@ -12,10 +12,6 @@
                                    embeddings of the items' own recordings and of their
                                    references (0 when training.speaker_contrast_weight is 0:
                                    not computed)
-        "moments"                  spectral-moment loss of the postnet output: per item and
-                                   mel band, its spread over time and its ripple across
-                                   neighbouring bands against the recording's (0 when
-                                   training.moment_loss_weight is 0: not computed)
         "reading"                  model.reading_probe: the probe's CTC loss per token on
                                    the recording (trains the probe; 0 without)
         "reading_output"           the same on the postnet output, the probe's weights frozen
@@ -30,7 +26,6 @@
                                    and early-stops on (it does not depend on the step)
         "total"                    objective + guided_attention_weight * guided_attention
                                    + speaker_contrast_weight * speaker_contrast
-                                   + moment_loss_weight * moments
                                    + reading_loss_weight * (reading + reading_output)
                                    + adversarial_on * (adversarial_weight * adversarial
                                    + adversarial_feature_weight * feature_matching): the
@@ -179,39 +174,6 @@ def speaker_contrast_loss(own: tf.Tensor, reference: tf.Tensor, speakers: tf.Ten
     return tf.reduce_mean(per_item)
 
 
-def _band_moments(mel: tf.Tensor, frames: tf.Tensor, count: tf.Tensor):
-    """Per item and mel band over the valid frames (`frames` [B, T, 1], `count` [B, 1]): the
-    standard deviation over time [B, M] and the mean absolute ripple across bands, each band
-    against the mean of its two neighbours [B, M - 2]."""
-    mean = tf.reduce_sum(mel * frames, axis=1, keepdims=True) / count[:, None]
-    spread = tf.sqrt(tf.reduce_sum(tf.square(mel - mean) * frames, axis=1) / count + 1e-6)
-    ripple = mel[..., 1:-1] - 0.5 * (mel[..., :-2] + mel[..., 2:])
-    return spread, tf.reduce_sum(tf.abs(ripple) * frames, axis=1) / count
-
-
-def moment_loss(prediction: tf.Tensor, target: tf.Tensor, mel_lengths: tf.Tensor,
-                count=None) -> tf.Tensor:
-    """Moment matching against over-smoothing. An L1 or L2 loss is least where the prediction
-    averages what it cannot foresee (pitch, its movement): flat over time and without the
-    harmonics' ripple across bands, which sounds monotone and, for low voices, unvoiced. Per
-    item and mel band this compares statistics instead of frames: |spread_p - spread_t| (the
-    standard deviation over the valid frames) plus |ripple_p - ripple_t| (the mean absolute
-    difference between a band and the mean of its two neighbours), each averaged over the
-    bands, summed: 0 when the prediction is as lively as the recording, whatever its timing.
-    Mean over items, or the sum divided by `count`."""
-    prediction = tf.cast(prediction, tf.float32)
-    target = tf.cast(target, tf.float32)
-    frames = tf.sequence_mask(mel_lengths, tf.shape(target)[1], tf.float32)[..., None]
-    valid = tf.maximum(tf.reduce_sum(frames, axis=1), 1.0)                           # [B, 1]
-    spread_p, ripple_p = _band_moments(prediction, frames, valid)
-    spread_t, ripple_t = _band_moments(target, frames, valid)
-    per_item = (tf.reduce_mean(tf.abs(spread_p - spread_t), axis=-1)
-                + tf.reduce_mean(tf.abs(ripple_p - ripple_t), axis=-1))
-    if count is not None:
-        return tf.reduce_sum(per_item) / tf.maximum(count, 1.0)
-    return tf.reduce_mean(per_item)
-
-
 def reading_loss(logits: tf.Tensor, tokens: tf.Tensor, token_lengths: tf.Tensor,
                  mel_lengths: tf.Tensor, dense: bool, count=None) -> tf.Tensor:
     """CTC loss of the reading probe's logits [B, T_mel, vocab] against the tokens (id 0, the
@@ -268,9 +230,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
         speaker_contrast_loss(outputs["target_speaker_embedding"], outputs["speaker_embedding"],
                               batch["speaker"], counts.get("items"))
         if c.speaker_contrast_weight > 0 else tf.constant(0.0))
-    losses["moments"] = (moment_loss(outputs["mel_after"], target, mel_lengths,
-                                     counts.get("items"))
-                         if c.moment_loss_weight > 0 else tf.constant(0.0))
     if "reading_logits" in outputs:
         for key in ("reading", "reading_output"):
             logits = outputs["reading_logits" if key == "reading" else "reading_logits_output"]
@@ -287,7 +246,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
     losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"]
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
-                       + c.moment_loss_weight * losses["moments"]
                        + c.reading_loss_weight * (losses["reading"] + losses["reading_output"])
                        + adversarial.get("adversarial_on", 0.0)
                        * (c.adversarial_weight * losses["adversarial"]

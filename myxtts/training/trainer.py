@@ -53,7 +53,7 @@ logger = logging.getLogger("myxtts.training")
 
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
-              "guided_attention_weight", "speaker_contrast", "moments", "reading",
+              "guided_attention_weight", "speaker_contrast", "reading",
               "reading_output", "adversarial", "feature_matching", "discriminator")
 
 ADVERSARIAL_DISTRIBUTED = (

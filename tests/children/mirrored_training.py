@@ -102,13 +102,13 @@ def run(distribution, single, mirrored, b):
 
 
 def fp32(out, workdir, distribution):
-    """fp32, global batch of 4 split 2 + 2, global-norm clipping and the moment loss active
-    (every loss shared by the global counts) and a moving average of the weights (an optimizer
-    variable like the slots); two updates, the second at the learning rate of the position
+    """fp32, global batch of 4 split 2 + 2, global-norm clipping (every loss shared by the
+    global counts, the guided attention's among them) and a moving average of the weights (an
+    optimizer variable like the slots); two updates, the second at the learning rate of the position
     training.lr_clock's schedule clock holds (half way through the cosine: 0.5 of the peak),
     then a NaN in one replica's slice (the whole update is skipped on every replica)."""
-    options = {"clip_norm": 1.0, "moment_loss_weight": 0.5, "ema_momentum": 0.9,
-               "lr_clock": True, "max_minutes": 60.0, "decay_steps": 1000, "min_lr_ratio": 0.0}
+    options = {"clip_norm": 1.0, "ema_momentum": 0.9, "lr_clock": True, "max_minutes": 60.0,
+               "decay_steps": 1000, "min_lr_ratio": 0.0}
     single = make(workdir, distribution, "single", False, **options)
     mirrored = make(workdir, distribution, "mirrored", True, **options)
     mirrored.model.set_weights(single.model.get_weights())
