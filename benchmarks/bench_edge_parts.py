@@ -8,7 +8,10 @@ sentences, one process, no TensorFlow.
 --repeats whole syntheses of bench_edge.TEXTS: the total and its real-time factor, then per
 part the seconds and calls: `decode_steps` timed inside the runtime (`invoke`) and with the
 host's carrying of the slot rows (`decode_steps+carry`, myxtts.lite.resident), the other parts
-around their calls; `host` is the rest (text front end, windowing, joining).
+around their calls; `host` is the rest (text front end, windowing, joining). With an export
+made with --decode-rows B, then: the decode alone (no postnet or vocoder) of B of the sentences
+one by one (the one-row parts) against together (the B-row parts), best of --repeats each, and
+their ratio.
 """
 
 import argparse
@@ -21,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from benchmarks.bench_edge import TEXTS  # noqa: E402
+from myxtts.decoding import scheduler  # noqa: E402
 from myxtts.lite.synthesizer import LiteSynthesizer  # noqa: E402
 
 
@@ -50,11 +54,12 @@ def instrument(synth: LiteSynthesizer, times: PartTimes) -> None:
     """Wraps the parts the synthesizer holds (private attributes: this is a measurement)."""
     # pylint: disable=protected-access
     decoder, vocoder = synth.decoder, synth.vocoder
-    decoder._start = times.timed("decode_start", decoder._start)
+    parts = decoder.decode_parts[0]  # one sentence at a time: the one-row decode parts
+    parts.start = times.timed("decode_start", parts.start)
     decoder._postnet = times.timed("postnet", decoder._postnet)
     vocoder._parts = [(frames, times.timed(f"vocoder ({frames} frames)", part))
                       for frames, part in vocoder._parts]
-    loop = decoder._loop
+    loop = parts.loop
     loop.run = times.timed("decode_steps+carry", loop.run)
     if hasattr(loop, "_invoke"):  # LiteRT
         loop._invoke = times.timed("decode_steps", loop._invoke)
@@ -94,7 +99,35 @@ def main() -> int:
         print(f"  {name:<26} {part_seconds[name] * 1000:7.1f} ms  {calls[name]:4d} calls  "
               f"{part_seconds[name] / calls[name] * 1000:6.3f} ms a call")
     print(f"  {'host':<26} {(total - parts) * 1000:7.1f} ms")
+    if synth.decoder.max_rows > 1:
+        batch_decode(synth, latents, args.repeats)
     return 0
+
+
+def batch_decode(synth: LiteSynthesizer, latents, repeats: int) -> None:
+    """Prints the decode of decode_rows sentences one by one against together."""
+    decoder, rows = synth.decoder, synth.decoder.max_rows
+    language_id = synth.front_end.language_id("en")
+    sentences = [synth.sentences(text, "en")[0][0] for text in (TEXTS * rows)[:rows]]
+
+    def decode(batch):
+        state = decoder.start_batch(batch, [language_id] * len(batch), latents)
+        for _ in scheduler.decoded_chunks(decoder, state, range(len(batch)), 1):
+            pass
+
+    def best(run):
+        run()  # warm-up
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - start)
+        return min(seconds)
+
+    alone = best(lambda: [decode([ids]) for ids in sentences])
+    together = best(lambda: decode(sentences))
+    print(f"decode of {rows} sentences: one by one {alone * 1000:.1f} ms, together "
+          f"{together * 1000:.1f} ms ({alone / together:.2f}x)")
 
 
 if __name__ == "__main__":

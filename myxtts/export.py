@@ -5,7 +5,7 @@
         --export-dir models/myxtts          # vocoder audio + a `vocode` signature
     myxtts-export --checkpoint-dir runs/tiny --export-dir models/myxtts --checkpoint best
     myxtts-export --format tflite --checkpoint-dir runs/tiny --vocoder-dir runs/vocoder \
-        --export-dir models/myxtts-tflite [--quantize fp16|int8]    # LiteRT parts
+        --export-dir models/myxtts-tflite [--quantize fp16|int8] [--decode-rows 4]  # LiteRT
     myxtts-export --format onnx --checkpoint-dir runs/tiny --export-dir models/myxtts-onnx
 
 Writes <export dir>/<max existing version + 1>/; a SavedModel also adds/updates its name in
@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "static-shape parts for the TensorFlow-free runtime myxtts.lite.")
     p.add_argument("--quantize", default="none", choices=("none", "fp16", "int8"),
                    help="--format tflite: store weights as float16, or int8 (dynamic range).")
+    p.add_argument("--decode-rows", type=int, default=1,
+                   help="--format tflite / onnx: sentences the parts decode together (1-16), "
+                        "the most a batch of myxtts-serve's engine and of a text's sentences "
+                        "holds; each call then costs about that many rows (docs/edge.md).")
     p.add_argument("--export-dir", default=None,
                    help="The model's folder; versions go in numbered subfolders (default "
                         "models/myxtts, models/myxtts-tflite or models/myxtts-onnx); a "
@@ -48,6 +52,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     check_model_args(args)
     if args.quantize != "none" and args.format != "tflite":
         raise UsageError(f"--quantize {args.quantize} is for --format tflite.")
+    if args.decode_rows != 1 and args.format == "tf_serving":
+        raise UsageError("--decode-rows is for --format tflite or onnx: a SavedModel's "
+                         "signatures take any number of rows.")
+    if not 1 <= args.decode_rows <= 16:
+        raise UsageError(f"--decode-rows {args.decode_rows}: give 1 to 16 rows.")
     export_dir = args.export_dir or {"tf_serving": "models/myxtts",
                                      "tflite": "models/myxtts-tflite",
                                      "onnx": "models/myxtts-onnx"}[args.format]
@@ -59,7 +68,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   vocoder_dir=args.vocoder_dir, vocoder_checkpoint=args.vocoder_checkpoint,
                   decoding=decoding_settings(args))
     if args.format != "tf_serving":
-        result = export(args.checkpoint_dir, export_dir, quantize=args.quantize, **common)
+        result = export(args.checkpoint_dir, export_dir, quantize=args.quantize,
+                        decode_rows=args.decode_rows, **common)
         print(f"Exported version {result.version} to {result.path} in {result.seconds:.1f} s")
         print(f"parts: {', '.join(result.parts)} ({result.bytes / 1e6:.1f} MB)")
         print(f"run it: python -m myxtts.lite --model {export_dir} --voice VOICE.npz --text "

@@ -553,3 +553,14 @@ class ExportRoundTripTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def test_decode_rows_is_checked_before_anything_loads(tmp_path):
+    # pylint: disable=import-outside-toplevel
+    from myxtts.cli import UsageError
+    from myxtts.export import main
+    run = str(tmp_path)
+    with pytest.raises(UsageError, match="--decode-rows is for --format tflite or onnx"):
+        main(["--checkpoint-dir", run, "--decode-rows", "4"])
+    with pytest.raises(UsageError, match="--decode-rows 0: give 1 to 16 rows"):
+        main(["--format", "onnx", "--checkpoint-dir", run, "--decode-rows", "0"])

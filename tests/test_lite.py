@@ -36,8 +36,9 @@ runpy.run_module('myxtts.lite', run_name='__main__')
 
 @pytest.fixture(scope="module")
 def exported():
-    """{name: export folder} of one tiny checkpoint, its SavedModel (ExportedModel) and a voice
-    file the SavedModel made."""
+    """{name: export folder} of one tiny checkpoint (tflite-vocos and onnx-hifigan with decode
+    parts of two rows besides those of one), its SavedModel (ExportedModel) and a voice file
+    the SavedModel made."""
     # pylint: disable=import-outside-toplevel
     from myxtts.exporters.registry import exporter
     from myxtts.inference.exported_model import ExportedModel
@@ -48,10 +49,11 @@ def exported():
     hifigan, _ = shared_vocoder_checkpoint("hifigan")
     folders = {}
     for name, fmt, extra in (("tflite", "tflite", {}),
-                             ("tflite-vocos", "tflite", {"vocoder_dir": vocos}),
+                             ("tflite-vocos", "tflite", {"vocoder_dir": vocos, "decode_rows": 2}),
                              ("tflite-fp16", "tflite", {"vocoder_dir": vocos, "quantize": "fp16"}),
                              ("tflite-int8", "tflite", {"vocoder_dir": vocos, "quantize": "int8"}),
-                             ("onnx-hifigan", "onnx", {"vocoder_dir": hifigan})):
+                             ("onnx-hifigan", "onnx", {"vocoder_dir": hifigan,
+                                                       "decode_rows": 2})):
         folders[name] = exporter(fmt)(checkpoint, os.path.join(root, "models", name),
                                       **extra).path
     saved_model = ExportedModel(exporter("tf_serving")(
@@ -186,6 +188,44 @@ def test_interleaved_streams_of_one_synthesizer_equal_each_alone(exported, name)
         np.testing.assert_array_equal(np.concatenate(mixed), np.concatenate(own))
 
 
+@pytest.mark.parametrize("name", ["tflite-vocos", "onnx-hifigan"])
+def test_sentences_decoded_together_equal_each_alone_and_a_row_leaves(exported, name):
+    """The decode contract on the on-device backend: sentences in one batch of the two-row
+    parts each decode as alone on the one-row parts (a lone sentence's batch), and a row that
+    leaves the batch after the first chunk leaves the other's frames unchanged."""
+    # pylint: disable=import-outside-toplevel
+    from myxtts.decoding import scheduler
+    from myxtts.inference.voices import Voice
+    from myxtts.lite.synthesizer import LiteSynthesizer
+    lite = LiteSynthesizer(exported["folders"][name])
+    decoder = lite.decoder
+    assert decoder.max_rows == 2 and [p.rows for p in decoder.decode_parts] == [1, 2]
+    latents = lite.latents_of(Voice.load(exported["voice"]))
+    sentences, language_id = lite.sentences(TEXTS[1] + " " + TEXTS[2], "en")
+    assert len(sentences) >= 3  # two batches of the two-row parts
+    together = lite.decode_sentences(sentences, language_id, latents)
+    for ids, (mel, by_stop) in zip(sentences, together):
+        alone, alone_by_stop = lite.decode(ids, language_id, latents)
+        assert by_stop == alone_by_stop and mel.shape == alone.shape
+        np.testing.assert_allclose(mel, alone, atol=1e-5)
+
+    def frames(rows, leaving=()):
+        state = decoder.start_batch([sentences[k] for k in rows], [language_id] * len(rows),
+                                    latents)
+        got = {k: [] for k in rows}
+        for chunk in scheduler.decoded_chunks(decoder, state, rows, 2,
+                                              leaves=lambda k: k in leaving):
+            for row in chunk:
+                got[row.row].append(row.frames)
+        return {k: np.concatenate(pieces) for k, pieces in got.items()}
+
+    both = frames([0, 2])
+    one_left = frames([0, 2], leaving=(0,))
+    assert len(one_left[0]) < len(both[0])  # it left after its first chunk
+    np.testing.assert_allclose(one_left[2], both[2], atol=1e-5)
+    np.testing.assert_allclose(both[2], frames([2])[2], atol=1e-5)
+
+
 class _WatchedLoop:
     """The decoder's resident loop, counting the threads inside it. A thread running a call
     waits (up to a second) for another one to come in, so a decoder that let two threads into
@@ -244,12 +284,13 @@ def test_two_threads_stepping_two_decodes_take_turns_in_the_runtime(exported):
 
     def decode(ids, language_id):
         state = decoder.start_batch([ids], [language_id], latents)
-        while not state.done:
+        while not state.ended:
             state = decoder.steps(state, decoder.steps_per_call)
-        return decoder.batch_frames(state, 0, state.length)[0]
+        return decoder.batch_frames(state, 0, int(decoder.batch_progress(state)[1][0]))[0]
 
     alone = [decode(*item) for item in inputs]
-    watched = decoder._loop = _WatchedLoop(decoder._loop)  # pylint: disable=protected-access
+    parts = decoder.decode_parts[0]
+    watched = parts.loop = _WatchedLoop(parts.loop)
     together = [None, None]
 
     def worker(index):
@@ -268,7 +309,7 @@ def test_two_threads_stepping_two_decodes_take_turns_in_the_runtime(exported):
 def test_the_server_serves_an_on_device_export_without_tensorflow(exported):
     # myxtts-serve --model models/tflite-vocos in a process where importing TensorFlow or Keras
     # fails (and is recorded): the same API, a voice file the SavedModel made and an uploaded
-    # recording speak as the on-device synthesizer does, and concurrent requests (one sentence
+    # recording speak as the on-device synthesizer does, and concurrent requests (two sentences
     # per batch, the two workers each with parts of their own) each get their own audio.
     # pylint: disable=import-outside-toplevel
     import concurrent.futures
@@ -291,7 +332,7 @@ def test_the_server_serves_an_on_device_export_without_tensorflow(exported):
     with ServerProcess(folder, "--model", model,
                        blocked=("tensorflow", "keras", "tf_keras")) as server:
         client = httpx.Client(base_url=server.url, timeout=300)
-        assert "(tflite, none)" in server.log() and "batches of up to 1 sentences" in \
+        assert "(tflite, none)" in server.log() and "batches of up to 2 sentences" in \
             server.log()
         assert client.get("/v1/models").json()["data"][0]["vocoder"] == \
             lite.manifest["vocoder"]
@@ -334,9 +375,11 @@ def test_the_server_serves_an_on_device_export_without_tensorflow(exported):
 def test_parts_hold_builtin_ops_only_and_quantized_weights_are_smaller(exported):
     from ai_edge_litert.interpreter import Interpreter  # pylint: disable=import-outside-toplevel
     sizes = {}
-    for name in ("tflite-vocos", "tflite-fp16", "tflite-int8"):
+    names = ("tflite-vocos", "tflite-fp16", "tflite-int8")
+    shared = set.intersection(*(set(os.listdir(exported["folders"][name])) for name in names))
+    for name in names:
         folder = exported["folders"][name]
-        sizes[name] = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)
+        sizes[name] = sum(os.path.getsize(os.path.join(folder, f)) for f in shared
                           if f.endswith(".tflite"))
         for part in (f for f in os.listdir(folder) if f.endswith(".tflite")):
             ops = {op["op_name"] for op in Interpreter(

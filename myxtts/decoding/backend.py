@@ -6,7 +6,7 @@ advance together a number of decoder steps at a time; after each call the driver
 row's progress and new frames, and keeps only the rows still wanted (`select`). Three backends
 implement it: myxtts.inference.model_decoder.ModelDecoder (a checkpoint's XTTSModel, XLA),
 myxtts.inference.exported_model.ExportedDecoder (a SavedModel's streaming signatures) and
-myxtts.lite.synthesizer.LiteDecoder (a LiteRT or ONNX export's parts, one row).
+myxtts.lite.synthesizer.LiteDecoder (a LiteRT or ONNX export's parts, 1 or B rows).
 
 Imports no TensorFlow: a backend brings its own runtime.
 """

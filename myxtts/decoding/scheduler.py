@@ -77,3 +77,13 @@ def decoded_chunks(decoder, state, rows: Sequence[Any], first_chunk_steps: int,
             rows = [rows[k] for k in keep]
         taken = int(frames[keep[0]])  # the rows still running have decoded the same steps
         steps = min(2 * steps, chunk_steps)
+
+
+def sentence_batches(lengths: Sequence[int], size: int) -> List[List[int]]:
+    """The indices of sentences of `lengths` tokens in batches of at most `size`, each of
+    neighbours by length (a batch decodes until its longest sentence ends), in as few batches
+    as `size` allows."""
+    by_length = sorted(range(len(lengths)), key=lambda k: lengths[k])
+    count = -(-len(lengths) // size)
+    return [by_length[k * len(lengths) // count: (k + 1) * len(lengths) // count]
+            for k in range(count)]

@@ -4,7 +4,7 @@ code over them, without TensorFlow (the llama.onnx pattern: one decode step with
 cache, the loop outside).
 
     myxtts-export --format tflite --checkpoint-dir runs/quick --vocoder-dir runs/vocos \
-        --export-dir models/myxtts-lite [--quantize fp16|int8]
+        --export-dir models/myxtts-lite [--quantize fp16|int8] [--decode-rows 4]
 
 Writes export_dir/<next version>/ (myxtts.exporters.versions):
 
@@ -15,6 +15,8 @@ Writes export_dir/<next version>/ (myxtts.exporters.versions):
                           → the decode state (XTTSModel.DecodeState.to_tensors, S slots)
     decode_steps.*        the state → the state one decoder step later (no loop inside), less
                           the tensors no step changes
+    decode_start_batch.*, decode_steps_batch.*   with B > 1: the same for B rows; the parts
+                          above then have one row (a lone sentence pays for one)
     postnet.*             mel_before [1, W, n_mels], lengths [1] (and speaker_latents with
                           model.reference_matching) → mel (frames past lengths are masked,
                           so a window padded to W gives the unpadded result; matched to the
@@ -77,6 +79,7 @@ FORMAT_VERSION = 1  # myxtts.lite.parts reads this version
 # of 36 runs.
 STEPS_PER_CALL = 1
 QUANTIZATIONS = ("none", "fp16", "int8")
+MAX_DECODE_ROWS = 16  # and fewer than the decode's slots (S): the runtime tells them apart by size
 SUFFIX = {"tflite": ".tflite", "onnx": ".onnx"}
 
 
@@ -100,9 +103,10 @@ def window_frames(reduction_factor: int, postnet_context: int, vocoder_context: 
 
 
 class EdgeGraphs:
-    """The parts as tf.functions of static shapes (batch 1) over a restored model."""
+    """The parts as tf.functions of static shapes over a restored model: the decode of one
+    row and (decode_rows > 1) of decode_rows, every other part of one row."""
 
-    def __init__(self, loaded, vocoder, max_decoder_steps: int):
+    def __init__(self, loaded, vocoder, max_decoder_steps: int, decode_rows: int = 1):
         self.model, config = loaded.model, loaded.config
         d, m = config.data, config.model
         self.n_mels, self.hop = d.n_mels, d.hop_length
@@ -121,25 +125,17 @@ class EdgeGraphs:
         self.window = window_frames(m.reduction_factor, self.model.postnet.receptive_field,
                                     self.vocoder_context, d.hop_length)
         self.latent_shape = [1, m.speaker_latent_rows, m.d_model]
+        self.decode_rows = int(decode_rows)
 
     def functions(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
-        n, t = self.n_mels, self.text_positions
+        n = self.n_mels
         spec = tf.TensorSpec
         with static_shapes():
-            start = tf.function(self.decode_start, input_signature=[
-                spec([1, t], tf.int32, "tokens"), spec([1], tf.int32, "token_lengths"),
-                spec([1], tf.int32, "language_ids"),
-                spec(self.latent_shape, tf.float32, "speaker_latents")]).get_concrete_function()
-            state = {name: spec(value.shape, value.dtype, name)
-                     for name, value in start.structured_outputs.items()}
-            functions = {
-                "speaker_latents": tf.function(self.speaker_latents, input_signature=[
-                    spec([1, self.reference_frames, n], tf.float32, "reference_mel"),
-                    spec([1], tf.int32, "reference_lengths")]).get_concrete_function(),
-                "decode_start": start,
-                "decode_steps": tf.function(self.decode_steps, input_signature=[state])
-                .get_concrete_function(),
-            }
+            functions = {"speaker_latents": tf.function(self.speaker_latents, input_signature=[
+                spec([1, self.reference_frames, n], tf.float32, "reference_mel"),
+                spec([1], tf.int32, "reference_lengths")]).get_concrete_function()}
+            for suffix, rows in decode_part_rows(self.decode_rows).items():
+                functions.update(self.decode_functions(rows, suffix))
             postnet = [spec([1, self.window, n], tf.float32, "mel_before"),
                        spec([1], tf.int32, "lengths")]
             if self.model.config.reference_matching:
@@ -153,6 +149,20 @@ class EdgeGraphs:
                     functions[name] = tf.function(self.vocode, input_signature=[
                         spec([1, frames, n], tf.float32, "mel")]).get_concrete_function()
         return functions
+
+    def decode_functions(self, rows: int, suffix: str):
+        """{decode_start<suffix>, decode_steps<suffix>: the decode of `rows` rows}."""
+        t, spec = self.text_positions, tf.TensorSpec
+        start = tf.function(self.decode_start, input_signature=[
+            spec([rows, t], tf.int32, "tokens"), spec([rows], tf.int32, "token_lengths"),
+            spec([rows], tf.int32, "language_ids"),
+            spec([rows] + self.latent_shape[1:], tf.float32, "speaker_latents")]
+        ).get_concrete_function()
+        state = {name: spec(value.shape, value.dtype, name)
+                 for name, value in start.structured_outputs.items()}
+        return {"decode_start" + suffix: start,
+                "decode_steps" + suffix: tf.function(self.decode_steps, input_signature=[state])
+                .get_concrete_function()}
 
     def speaker_latents(self, reference_mel, reference_lengths):
         return {"speaker_latents": self.model.speaker_latents(reference_mel, reference_lengths)}
@@ -181,6 +191,13 @@ class EdgeGraphs:
 
     def vocode(self, mel):
         return {"waveform": self.vocoder.windows(mel)}
+
+
+def decode_part_rows(decode_rows: int) -> Dict[str, int]:
+    """{part name suffix: rows} of the decode parts: decode_start / decode_steps of one row
+    (a lone sentence pays for one), and with decode_rows > 1 decode_start_batch /
+    decode_steps_batch of decode_rows rows (myxtts.lite.synthesizer.LiteDecoder picks)."""
+    return {"": 1, **({"_batch": decode_rows} if decode_rows > 1 else {})}
 
 
 def vocoder_parts(window: int):
@@ -316,6 +333,7 @@ def _manifest(graphs: EdgeGraphs, loaded, functions, files: Dict[str, str], fmt:
         "shapes": {"text_positions": graphs.text_positions,
                    "reference_frames": graphs.reference_frames,
                    "window_frames": graphs.window, "steps_per_call": STEPS_PER_CALL,
+                   "decode_rows": graphs.decode_rows,
                    "max_decoder_steps": graphs.max_steps, "token_padding": TOKEN_PADDING},
         "streaming": {"reduction_factor": m.reduction_factor, "n_mels": d.n_mels,
                       "crossfade_samples": CROSSFADE_SAMPLES,
@@ -333,18 +351,24 @@ def export_edge(fmt: str, checkpoint_dir: str, export_dir: str, *,
                 checkpoint: Optional[str] = None, max_decoder_steps: Optional[int] = None,
                 vocoder_dir: Optional[str] = None, vocoder_checkpoint: Optional[str] = None,
                 decoding: Optional[Mapping[str, Any]] = None, quantize: str = "none",
-                **_unused) -> EdgeExportResult:
+                decode_rows: int = 1, **_unused) -> EdgeExportResult:
     """Exports a checkpoint's parts for `fmt` ("tflite" or "onnx") as export_dir/<version>/
     (`decoding` replaces the run's decoding settings in the exported decode:
-    checkpoint_loading.load_checkpoint)."""
+    checkpoint_loading.load_checkpoint; `decode_rows` sentences decode together, the most a
+    batch of the runtime and of myxtts-serve's engine holds)."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+    if not 1 <= decode_rows <= MAX_DECODE_ROWS:
+        raise ValueError(f"decode_rows {decode_rows} must be in [1, {MAX_DECODE_ROWS}]")
     started = time.monotonic()
     loaded = load_checkpoint(checkpoint_dir, checkpoint, decoding)
     vocoder = (load_vocoder(vocoder_dir, loaded.config.data, vocoder_checkpoint)
                if vocoder_dir else None)
     graphs = EdgeGraphs(loaded, vocoder,
-                        max_decoder_steps or loaded.config.model.max_decoder_steps)
+                        max_decoder_steps or loaded.config.model.max_decoder_steps, decode_rows)
+    if decode_rows >= graphs.max_steps + STEPS_PER_CALL - 1:
+        raise ValueError(f"decode_rows {decode_rows} must be fewer than the decode's "
+                         f"{graphs.max_steps + STEPS_PER_CALL - 1} slots (max_decoder_steps)")
     functions = graphs.functions()
     os.makedirs(export_dir, exist_ok=True)
     staged = tempfile.mkdtemp(prefix=".tmp-export-", dir=export_dir)

@@ -304,7 +304,8 @@ class Synthesizer:
         alone on a CPU (docs/serving.md, "Batched sentences"). Each result equals the sentence
         decoded alone up to float rounding (tests/test_synthesize.py)."""
         results: List[Optional[Synthesis]] = [None] * len(sentences)
-        for rows in sentence_batches([len(ids) for ids in sentences]):
+        for rows in scheduler.sentence_batches([len(ids) for ids in sentences],
+                                               BATCH_SENTENCES):
             for row, result in zip(rows, self._decode_batch(
                     [sentences[k] for k in rows], language_id, latents, padded_length)):
                 results[row] = result
@@ -361,16 +362,6 @@ class Synthesizer:
 
     def max_frames(self, num_tokens: int) -> int:
         return self.front_end.max_frames(num_tokens)
-
-
-def sentence_batches(lengths: Sequence[int], size: int = BATCH_SENTENCES) -> List[List[int]]:
-    """The indices of sentences of `lengths` tokens in batches of at most `size`, each of
-    neighbours by length (a batch decodes until its longest sentence ends), in as few batches
-    as `size` allows."""
-    by_length = sorted(range(len(lengths)), key=lambda k: lengths[k])
-    count = -(-len(lengths) // size)
-    return [by_length[k * len(lengths) // count: (k + 1) * len(lengths) // count]
-            for k in range(count)]
 
 
 def warn_length_cap(what: str, max_frames: int, sample_rate: int, hop_length: int,

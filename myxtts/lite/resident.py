@@ -131,8 +131,8 @@ _ONNX_TYPES = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(b
                "tensor(int64)": np.int64, "tensor(float16)": np.float16}
 
 
-def resident_loop(part, manifest: dict):
-    """The resident state of a decode_steps part loaded by myxtts.lite.parts."""
-    slots = next(tensor["shape"][0] for tensor in manifest["parts"]["decode_steps"]["inputs"]
+def resident_loop(part, manifest: dict, name: str = "decode_steps"):
+    """The resident state of the decode_steps part `name` loaded by myxtts.lite.parts."""
+    slots = next(tensor["shape"][0] for tensor in manifest["parts"][name]["inputs"]
                  if tensor["name"] == "frames")
     return {"tflite": TFLiteResident, "onnx": OnnxResident}[manifest["runtime"]](part, slots)

@@ -7,10 +7,10 @@
     for chunk in synth.stream("Hello there. How are you?", "en", latents):
         play(chunk)
 
-The host runs the decode through the one chunk scheduler (myxtts.decoding.scheduler, a batch of
-one row: the parts are exported for one item): decode_start once per sentence, then
-decode_steps (K steps a call, the state resident in the runtime: myxtts.lite.resident) until
-the stop head or the length cap ends it; the postnet and the vocoder run on windows of the
+The host runs the decode through the one chunk scheduler (myxtts.decoding.scheduler, batches of
+up to the export's decode_rows sentences): decode_start once per batch, then decode_steps (K
+steps a call, the state resident in the runtime: myxtts.lite.resident) until the stop head or
+the length cap ends each row; the postnet and the vocoder run on windows of the
 export's fixed window length (myxtts.inference.streaming.WindowedStage, so each output frame
 gets its full context and the windows join to the whole-mel result). The text front end
 (TextFrontEnd from the export's config.yaml and vocab.json), the sentence splitting, the
@@ -40,41 +40,68 @@ from myxtts.lite.parts import load_parts, manifest_folder, read_manifest
 from myxtts.lite.resident import resident_loop
 
 
-class LiteDecode:
-    """One sentence's decode: its state parked on the host (`arrays`) or resident in the
-    decoder's runtime, and the scalars the driver asks about after each call."""
+class DecodeParts:
+    """One pair of decode parts (decode_start<suffix>, decode_steps<suffix>) of `rows` rows,
+    the state of its steps part resident in the runtime, and the decode whose state it is."""
 
-    def __init__(self, arrays: Dict[str, np.ndarray]):
+    def __init__(self, parts: Dict, manifest: dict, suffix: str):
+        self.start = parts["decode_start" + suffix]
+        self.loop = resident_loop(parts["decode_steps" + suffix], manifest,
+                                  "decode_steps" + suffix)
+        self.rows = next(tensor["shape"][0] for tensor
+                         in manifest["parts"]["decode_start" + suffix]["inputs"]
+                         if tensor["name"] == "tokens")
+        self.resident: Optional[LiteDecode] = None
+
+
+class LiteDecode:
+    """One decode of a pair of decode parts: its state parked on the host (`arrays`) or
+    resident in the parts' runtime, which of the parts' rows are the caller's (`rows`, in the
+    caller's order: rows that padded the batch, and rows that left it, are not), and the
+    progress the driver asks about after each call."""
+
+    def __init__(self, parts: DecodeParts, arrays: Dict[str, np.ndarray], rows: Sequence[int]):
+        self.parts = parts
         self.arrays: Optional[Dict[str, np.ndarray]] = arrays
+        self.rows = list(rows)
         self.read(arrays)
 
     def read(self, values) -> None:
         self.step = int(np.asarray(values["step"]))
-        self.done = bool(np.asarray(values["done"])[0])
-        self.length = int(np.asarray(values["lengths"])[0])
-        self.by_stop = bool(np.asarray(values["by_stop"])[0])
+        self.done = np.array(values["done"], bool)
+        self.lengths = np.array(values["lengths"], np.int64)
+        self.by_stop = np.array(values["by_stop"], bool)
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.done[self.rows].all())
 
 
 class LiteDecoder(DecodeBackend):
-    """The decode backend over decode_start / decode_steps, one row a decode (the parts are
-    exported for one item). The state of the decode being stepped stays inside the runtime
-    (myxtts.lite.resident); stepping another decode parks this one's state on the host first,
-    so interleaved streams are correct, only slower."""
-
-    max_rows = 1
+    """The decode backend over the decode parts: decode_start / decode_steps of one row and,
+    in an export made with --decode-rows B > 1, decode_start_batch / decode_steps_batch of B
+    (`max_rows`; myxtts.exporters.edge.decode_part_rows). A batch takes the smallest parts
+    that hold it; a batch of fewer rows than its parts' fills the rest with copies of its
+    first row, and a row that leaves the batch stays in the parts' batch, unread (a static
+    shape costs the same either way). The state of the decode being stepped stays inside the
+    runtime (myxtts.lite.resident); stepping another decode of the same parts parks this one's
+    state on the host first, so interleaved streams are correct, only slower."""
 
     def __init__(self, parts: Dict, manifest: dict):
-        # One resident state in one loop: streams decoding in their own threads (each stream's
-        # decode runs ahead of its vocoder) take turns, a whole call of `steps` at a time.
+        # One resident state per pair of parts: streams decoding in their own threads (each
+        # stream's decode runs ahead of its vocoder) take turns, a whole call of `steps` at a
+        # time.
         self._lock = threading.Lock()
-        self._start = parts["decode_start"]
-        self._loop = resident_loop(parts["decode_steps"], manifest)
-        self._resident: Optional[LiteDecode] = None
+        self.decode_parts = sorted((DecodeParts(parts, manifest, suffix)
+                                    for suffix in ("", "_batch")
+                                    if "decode_start" + suffix in parts),
+                                   key=lambda one: one.rows)  # [one row, B rows]
         self._postnet = parts["postnet"]
         # model.reference_matching: the postnet part matches its output to the voice's frames
         self._postnet_reads_voice = any(tensor["name"] == "speaker_latents"
                                         for tensor in manifest["parts"]["postnet"]["inputs"])
         shapes, stream = manifest["shapes"], manifest["streaming"]
+        self.max_rows = self.decode_parts[-1].rows
         self.text_positions = shapes["text_positions"]
         self.steps_per_call = shapes["steps_per_call"]
         self.window = shapes["window_frames"]
@@ -85,71 +112,85 @@ class LiteDecoder(DecodeBackend):
 
     def start_batch(self, sentences: Sequence[Sequence[int]], language_ids: Sequence[int],
                     latents) -> LiteDecode:
-        if len(sentences) != 1:
-            raise ValueError(f"an on-device export decodes one sentence at a time (its parts "
-                             f"have a batch of one), not {len(sentences)}")
-        (ids,), (language_id,) = sentences, language_ids
-        tokens = np.zeros([1, self.text_positions], np.int32)
-        tokens[0, : len(ids)] = ids
+        count = len(sentences)
+        if not 1 <= count <= self.max_rows:
+            raise ValueError(f"this on-device export decodes 1 to {self.max_rows} sentences "
+                             f"at a time (its parts' batch; myxtts-export --decode-rows), not "
+                             f"{count}")
+        parts = next(one for one in self.decode_parts if one.rows >= count)
+        latents = np.asarray(latents, np.float32).reshape((-1,) + np.shape(latents)[-2:])
+        latents = np.broadcast_to(latents, (count,) + latents.shape[1:])
+        source = list(range(count)) + [0] * (parts.rows - count)  # padding copies row 0
+        tokens = np.zeros([parts.rows, self.text_positions], np.int32)
+        for row, k in enumerate(source):
+            tokens[row, : len(sentences[k])] = sentences[k]
         with self._lock:
-            return LiteDecode(self._start(
-                tokens=tokens, token_lengths=np.array([len(ids)], np.int32),
-                language_ids=np.array([language_id], np.int32),
-                speaker_latents=np.asarray(latents, np.float32).reshape(
-                    1, *np.shape(latents)[-2:])))
+            return LiteDecode(parts, parts.start(
+                tokens=tokens,
+                token_lengths=np.array([len(sentences[k]) for k in source], np.int32),
+                language_ids=np.array([language_ids[k] for k in source], np.int32),
+                speaker_latents=np.ascontiguousarray(latents[source])), range(count))
 
-    def _make_resident(self, decode: LiteDecode) -> None:
-        if self._resident is decode:
+    @staticmethod
+    def _make_resident(decode: LiteDecode) -> None:
+        parts = decode.parts
+        if parts.resident is decode:
             return
-        if self._resident is not None:
-            self._resident.arrays = self._loop.state()
-        self._loop.load(decode.arrays)
-        decode.arrays, self._resident = None, decode
+        if parts.resident is not None:
+            parts.resident.arrays = parts.loop.state()
+        parts.loop.load(decode.arrays)
+        decode.arrays, parts.resident = None, decode
 
     def steps(self, decode: LiteDecode, steps: int) -> LiteDecode:
-        """At least `steps` more decoder steps (whole calls of K), fewer once it has ended."""
-        if decode.done:
+        """At least `steps` more decoder steps (whole calls of K), fewer once its rows have
+        ended."""
+        if decode.ended:
             return decode
         with self._lock:
             self._make_resident(decode)
-            loop = self._loop
+            loop = decode.parts.loop
             for _ in range(-(-steps // self.steps_per_call)):
                 loop.run(decode.step, self.steps_per_call)
                 decode.step = int(loop.value("step"))
-                if loop.value("done")[0]:
+                if loop.value("done")[decode.rows].all():
                     break
             decode.read({name: loop.value(name)
                          for name in ("step", "done", "lengths", "by_stop")})
         return decode
 
     def batch_progress(self, decode: LiteDecode) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        frames = decode.length if decode.done else decode.step * self.reduction_factor
-        return np.array([decode.done]), np.array([frames]), np.array([decode.by_stop])
+        rows = decode.rows
+        done = decode.done[rows]
+        frames = np.where(done, decode.lengths[rows], decode.step * self.reduction_factor)
+        return done, frames, decode.by_stop[rows]
 
     def batch_frames(self, decode: LiteDecode, first: int, last: int) -> np.ndarray:
         with self._lock:
             buffer = decode.arrays["frames"] if decode.arrays is not None else \
-                self._loop.value("frames")
-            steps = buffer[step_slice(first, last, self.reduction_factor)]
+                decode.parts.loop.value("frames")
+            steps = buffer[step_slice(first, last, self.reduction_factor)][:, decode.rows]
             return step_frames(steps, first, last, self.reduction_factor, self.n_mels).copy()
 
     def select(self, decode: LiteDecode, rows: Sequence[int]) -> LiteDecode:
-        if list(rows) != [0]:
-            raise ValueError(f"an on-device decode has one row, not rows {list(rows)}")
+        decode.rows = [decode.rows[k] for k in rows]  # the same decode: it may be resident
         return decode
 
     def postnet_batch(self, mel_before: np.ndarray, first_frame: int, latents: np.ndarray,
                       postnet_weights=None) -> np.ndarray:
-        """The postnet part over windows [1, T, n_mels] of decoded frames."""
+        """The postnet part over windows [B, T, n_mels] of decoded frames, one call each."""
         del first_frame  # the postnet does not depend on where a window starts
-        if postnet_weights is not None or len(mel_before) != 1:
-            raise ValueError("an on-device export runs its own postnet on one window at a time")
-        voice = ({"speaker_latents": np.asarray(latents, np.float32).reshape(
-            1, *np.shape(latents)[-2:])} if self._postnet_reads_voice else {})
-        with self._lock:
-            return run_padded(lambda mel, length: self._postnet(
-                mel_before=mel, lengths=np.array([length], np.int32), **voice)["mel"],
-                mel_before[0], self.window, 0.0)[None]
+        if postnet_weights is not None:
+            raise ValueError("an on-device export runs its own postnet")
+        latents = np.asarray(latents, np.float32).reshape((-1,) + np.shape(latents)[-2:])
+        outputs = []
+        for k, window in enumerate(np.asarray(mel_before)):
+            voice = ({"speaker_latents": latents[min(k, len(latents) - 1)][None]}
+                     if self._postnet_reads_voice else {})
+            with self._lock:
+                outputs.append(run_padded(lambda mel, length, voice=voice: self._postnet(
+                    mel_before=mel, lengths=np.array([length], np.int32), **voice)["mel"],
+                    window, self.window, 0.0))
+        return np.stack(outputs)
 
 
 def run_padded(function, frames: np.ndarray, window: int, pad_value: float,
@@ -266,16 +307,32 @@ class LiteSynthesizer:
     def decode(self, ids: Sequence[int], language_id: int, latents) -> Tuple[np.ndarray, bool]:
         """(the log10 mel [T, n_mels] after the postnet, ended by the stop head) of one
         sentence."""
+        return self.decode_sentences([ids], language_id, latents)[0]
+
+    def decode_sentences(self, sentences: Sequence[Sequence[int]], language_id: int,
+                         latents) -> List[Tuple[np.ndarray, bool]]:
+        """`decode` of each sentence, up to the export's decode_rows of similar length
+        decoded together (scheduler.sentence_batches); each row's mel is what it would be
+        alone."""
         decoder = self.decoder
-        pieces, by_stop = [], False
-        for (row,) in scheduler.decoded_chunks(
-                decoder, decoder.start_batch([ids], [language_id], latents), [ids],
-                decoder.steps_per_call):
-            pieces.append(row.frames)
-            by_stop = row.by_stop
-        postnet = streaming.WindowedStage(
-            lambda mel, first: decoder.postnet(mel, first, latents), decoder.postnet_context)
-        return windowed(postnet, np.concatenate(pieces), self.piece), by_stop
+        results: List[Tuple[np.ndarray, bool]] = [None] * len(sentences)  # type: ignore
+        for rows in scheduler.sentence_batches([len(ids) for ids in sentences],
+                                               decoder.max_rows):
+            pieces: Dict[int, List[np.ndarray]] = {k: [] for k in rows}
+            by_stop: Dict[int, bool] = {}
+            state = decoder.start_batch([sentences[k] for k in rows], [language_id] * len(rows),
+                                        latents)
+            for chunk in scheduler.decoded_chunks(decoder, state, rows, decoder.steps_per_call):
+                for row in chunk:
+                    pieces[row.row].append(row.frames)
+                    by_stop[row.row] = row.by_stop
+            for k in rows:
+                postnet = streaming.WindowedStage(
+                    lambda mel, first: decoder.postnet(mel, first, latents),
+                    decoder.postnet_context)
+                results[k] = (windowed(postnet, np.concatenate(pieces[k]), self.piece),
+                              by_stop[k])
+        return results
 
     def vocode(self, mel: np.ndarray) -> np.ndarray:
         stage = streaming.WindowedStage(self.vocoder.window, self.vocoder.receptive_field,
@@ -288,8 +345,7 @@ class LiteSynthesizer:
         vocoded, joined with a short pause (the mels end to end)."""
         sentences, language_id = self.sentences(text, language or self.default_language)
         waves, mels = [], []
-        for index, ids in enumerate(sentences):
-            mel, _ = self.decode(ids, language_id, latents)
+        for index, (mel, _) in enumerate(self.decode_sentences(sentences, language_id, latents)):
             if index:
                 waves.append(streaming.pause(self.sample_rate))
             waves.append(self.vocode(mel))

@@ -8,7 +8,8 @@
 Every sentence of every request is one item. A worker takes the oldest waiting item, waits at
 most `max_wait_ms` (from that item's arrival) for more to arrive, and decodes up to `max_batch`
 items as one batch through the worker's decode backend (`model.runtime()`: a SavedModel's
-streaming signatures, or an on-device export's parts, whose batches hold one sentence): every
+streaming signatures, or an on-device export's parts, whose batches hold at most its
+decode_rows sentences): every
 decoder step runs once for the whole batch, which is where concurrency pays on a CPU, whose
 cores a single small decode cannot fill. The batch runs a chunk of steps at a time through the one
 chunk scheduler (myxtts.decoding.scheduler: the first chunk small, for an early first byte,

@@ -40,8 +40,8 @@ def load_model(path: str):
 
 class LiteModel(LiteSynthesizer):
     """An on-device export with what the server reads (see the module docstring). Its parts take
-    one sentence at a time (LiteDecoder.max_rows), so the engine's workers, each with parts of
-    its own (`runtime`), are what decodes several requests at once. Adapted voices are not
+    at most the export's decode_rows sentences a batch (LiteDecoder.max_rows: 1 unless exported
+    with --decode-rows), and the engine's workers each have parts of their own (`runtime`). Adapted voices are not
     spoken: the parts hold the model's own postnet."""
 
     decoder_fingerprint: Optional[str] = None
