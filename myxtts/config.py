@@ -39,7 +39,10 @@ RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "pre
                 "model.prosody_features": False, "training.duration_loss_weight": None,
                 "training.aligner_loss_weight": None, "training.prosody_loss_weight": None,
                 "model.frame_dropout": 0.0, "training.alignment_loss_weight": 0.0,
-                "training.moment_loss_weight": 0.0}
+                "training.moment_loss_weight": 0.0, "training.adversarial_weight": 0.0,
+                "training.adversarial_feature_weight": None,
+                "training.adversarial_start_step": None,
+                "training.discriminator_learning_rate": None}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -334,24 +337,6 @@ class TrainingConfig:
                                                "voice into what it writes, a speaker "
                                                "consistency loss heard by the model's own "
                                                "encoder).")
-    adversarial_weight: float = _f(0.0, "Weight of the adversarial mel loss "
-                                        "(training/adversarial_mel.py): a voice-conditioned "
-                                        "discriminator learns to tell recordings from the "
-                                        "postnet's teacher-forced output, and the model is "
-                                        "asked to write frames it takes for recordings of "
-                                        "the reference's voice, against the over-smoothed "
-                                        "average an L1 loss alone gives; 0 = off. Not under "
-                                        "a tf.distribute strategy.")
-    adversarial_feature_weight: float = _f(1.0, "Weight of the discriminator's feature-"
-                                                "matching loss (its layers' features of the "
-                                                "output against the recording's, frame by "
-                                                "frame), used with adversarial_weight > 0.")
-    adversarial_start_step: int = _f(1000, "The adversarial terms enter the model's loss from "
-                                           "this optimizer step on (the discriminator learns "
-                                           "from the first step; the model first learns to "
-                                           "read its text).")
-    discriminator_learning_rate: float = _f(2.0e-4, "Constant learning rate of the "
-                                                    "discriminator's AdamW (betas 0.5, 0.9).")
     checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
                                              "vocab.json and model_info.json go here "
                                              "(--checkpoint-dir).")
@@ -637,12 +622,6 @@ class XTTSConfig:
              "is output, but training.speaker_contrast_weight is 0: set a weight (e.g. 0.2), "
              "or the loss it chooses is never computed.")
         need(t.reading_loss_weight >= 0, "training.reading_loss_weight", "must be >= 0.")
-        need(t.adversarial_weight >= 0 and t.adversarial_feature_weight >= 0,
-             "training.adversarial_weight", "and training.adversarial_feature_weight must be "
-             ">= 0 (adversarial_weight 0 = off).")
-        need(t.adversarial_start_step >= 0, "training.adversarial_start_step", "must be >= 0.")
-        need(t.discriminator_learning_rate > 0, "training.discriminator_learning_rate",
-             "must be > 0.")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")
         need(t.select_by != "wer" or not self.data.use_phonemes, "training.select_by",

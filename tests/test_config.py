@@ -124,16 +124,6 @@ class ConfigTest(unittest.TestCase):
                                              "  speaker_contrast_weight: 0.2\n"))
         self.assertEqual(config.training.speaker_contrast_on, "output")
 
-    def test_adversarial_weights_must_not_be_negative(self):
-        for key in ("adversarial_weight", "adversarial_feature_weight"):
-            with self.assertRaisesRegex(ConfigError, "training.adversarial_weight and "
-                                                     "training.adversarial_feature_weight "
-                                                     "must be >= 0"):
-                XTTSConfig.from_yaml(_write(f"training:\n  {key}: -0.1\n"))
-        with self.assertRaisesRegex(ConfigError, "training.discriminator_learning_rate must be "
-                                                 "> 0"):
-            XTTSConfig.from_yaml(_write("training:\n  discriminator_learning_rate: 0\n"))
-
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):
             XTTSConfig.from_yaml("/nonexistent/x.yaml")

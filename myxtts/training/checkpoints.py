@@ -237,7 +237,7 @@ class CheckpointStore:
                 f"Cannot restore checkpoint {path}: {_first_line(e)}. It was "
                 f"probably written by a different model or optimizer configuration (compare "
                 f"its config.yaml with --config: the model fields, training.optimizer, "
-                f"training.ema_momentum, training.adversarial_weight). To start from scratch in the same directory, pass "
+                f"training.ema_momentum). To start from scratch in the same directory, pass "
                 f"--reset-training (the old checkpoints are archived, not deleted).") from None
         return int(self._step_var.numpy())
 

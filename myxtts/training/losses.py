@@ -16,19 +16,12 @@
                                    the recording (trains the probe; 0 without)
         "reading_output"           the same on the postnet output, the probe's weights frozen
                                    (trains the model; 0 without)
-        "adversarial", "feature_matching", "discriminator"
-                                   training.adversarial_weight: the adversarial mel loss's
-                                   terms (myxtts.training.adversarial_mel; passed in as
-                                   `adversarial`, computed by the trainer's discriminator;
-                                   0 without)
         "objective"                mel_loss_weight * mel + postnet_loss_weight * postnet
                                    + stop_loss_weight * stop: what validation ranks checkpoints
                                    and early-stops on (it does not depend on the step)
         "total"                    objective + guided_attention_weight * guided_attention
                                    + speaker_contrast_weight * speaker_contrast
-                                   + reading_loss_weight * (reading + reading_output)
-                                   + adversarial_on * (adversarial_weight * adversarial
-                                   + adversarial_feature_weight * feature_matching): the
+                                   + reading_loss_weight * (reading + reading_output): the
                                    loss that is differentiated
 
 `outputs` is XTTSModel's teacher-forced output dict, `batch` the batch of docs/architecture.md.
@@ -203,11 +196,9 @@ def reading_loss(logits: tf.Tensor, tokens: tf.Tensor, token_lengths: tf.Tensor,
 def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                    training_config: TrainingConfig, step,
                    reduction_factor: int,
-                   counts: Optional[Dict[str, tf.Tensor]] = None,
-                   adversarial: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, tf.Tensor]:
+                   counts: Optional[Dict[str, tf.Tensor]] = None) -> Dict[str, tf.Tensor]:
     """All training losses; see the module docstring for the keys. `counts` (as from
-    `loss_counts`, summed over a strategy's replicas) replaces this batch's own counts;
-    `adversarial` is AdversarialMel.losses' dict (None: its terms are 0)."""
+    `loss_counts`, summed over a strategy's replicas) replaces this batch's own counts."""
     c = training_config
     counts = counts or {}
     mel_lengths = tf.cast(batch["mel_lengths"], tf.int32)
@@ -237,17 +228,11 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                                        c.xla, counts.get("items"))
     else:
         losses["reading"] = losses["reading_output"] = tf.constant(0.0)
-    adversarial = adversarial or {}
-    for key in ("adversarial", "feature_matching", "discriminator"):
-        losses[key] = adversarial.get(key, tf.constant(0.0))
     losses["objective"] = (c.mel_loss_weight * losses["mel"]
                            + c.postnet_loss_weight * losses["postnet"]
                            + c.stop_loss_weight * losses["stop"])
     losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"]
                        + c.speaker_contrast_weight * losses["speaker_contrast"]
-                       + c.reading_loss_weight * (losses["reading"] + losses["reading_output"])
-                       + adversarial.get("adversarial_on", 0.0)
-                       * (c.adversarial_weight * losses["adversarial"]
-                          + c.adversarial_feature_weight * losses["feature_matching"]))
+                       + c.reading_loss_weight * (losses["reading"] + losses["reading_output"]))
     return losses

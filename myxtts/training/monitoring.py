@@ -170,7 +170,7 @@ class TrainingMonitor:
                 f"lr {scalars['learning_rate']:.2e}, grad norm {scalars['grad_norm']:.3f}, "
                 f"{scalars['frames_per_second']:,.0f} frames/s, "
                 f"data wait {scalars['data_wait_fraction']:.1%} of step time")
-        if scalars.get("loss/discriminator"):  # training.adversarial_weight
+        if scalars.get("loss/discriminator"):  # the vocoder's GAN
             text += (f", discriminator {scalars['loss/discriminator']:.3f}, adversarial "
                      f"{scalars['loss/adversarial']:.3f}")
         if scalars.get("loss_scale", 1.0) != 1.0:

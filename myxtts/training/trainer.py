@@ -38,7 +38,6 @@ from myxtts.inference.checkpoint_loading import resolve_checkpoint, restore_mode
 from myxtts.inference.griffin_lim import GriffinLim
 from myxtts.model_info import read_model_info, update_model_info
 from myxtts.models.xtts import XTTSModel
-from myxtts.training.adversarial_mel import AdversarialMel
 from myxtts.training.base import Batch, Trainer, TrainingStopped
 from myxtts.training.checkpoints import CheckpointStore, checkpoint_step
 from myxtts.training.losses import compute_losses, loss_counts
@@ -54,13 +53,7 @@ logger = logging.getLogger("myxtts.training")
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
               "guided_attention_weight", "speaker_contrast", "reading",
-              "reading_output", "adversarial", "feature_matching", "discriminator")
-
-ADVERSARIAL_DISTRIBUTED = (
-    "training.adversarial_weight is set, but this run trains on a tf.distribute strategy "
-    "(--model-gpus or --strategy): the adversarial mel loss's discriminator updates inside the "
-    "model's step and is not built for replicas. Train on one model device, or set "
-    "training.adversarial_weight: 0.")
+              "reading_output")
 
 
 def _distinct_rows(batch: Batch) -> int:
@@ -104,8 +97,6 @@ class XTTSTrainer(Trainer):
                  init_from: Union[str, Source, None] = None, distribution=None):
         if init_from and resume_checkpoint:
             raise MyXTTSError(RESUME_CONFLICT)
-        if distribution is not None and config.training.adversarial_weight > 0:
-            raise MyXTTSError(ADVERSARIAL_DISTRIBUTED)
         # The source run is located once; a Source from train_main.py is used as it is.
         source = locate_source(init_from) if isinstance(init_from, str) else init_from
         self._start_run(config, model_device, distribution)
@@ -130,9 +121,6 @@ class XTTSTrainer(Trainer):
             self.schedule_clock = ScheduleClock(tc) if tc.lr_clock else None
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling,
                                              self.schedule_clock)
-            self.adversary = (AdversarialMel(config.data.n_mels, config.model.d_model, tc,
-                                             self.precision.loss_scaling)
-                              if tc.adversarial_weight > 0 else None)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
         # training.speaker_contrast_weight: the speaker encoder also hears the first
         # reference-length stretch of each item's own mel (recorded or decoded:
@@ -164,7 +152,6 @@ class XTTSTrainer(Trainer):
             "model": model, "optimizer": self.optimizer, "step": self.step.step,
             "nonfinite_total": self.step.nonfinite_total, **self.run_counters(),
             **self.step.resume_state(),
-            **(self.adversary.checkpoint_objects() if self.adversary else {}),
             **({"schedule_position": self.schedule_clock.position}
                if self.schedule_clock else {}),
         }, keep=tc.keep_checkpoints)
@@ -186,10 +173,7 @@ class XTTSTrainer(Trainer):
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         r = self.config.model.reduction_factor
         if counts is None:
-            adversarial = (self.adversary.losses(outputs, batch, step, training)
-                           if self.adversary else None)
-            return compute_losses(outputs, batch, self.config.training, step, r,
-                                  adversarial=adversarial)
+            return compute_losses(outputs, batch, self.config.training, step, r)
         losses = compute_losses(outputs, batch, self.config.training, step, r, counts)
         # Every replica has the whole weight; the strategy sums the replicas' values.
         replicas = tf.distribute.get_replica_context().num_replicas_in_sync
@@ -306,10 +290,8 @@ class XTTSTrainer(Trainer):
             outputs = self.model(batch, training=False, contrast_frames=self._contrast_frames,
                                  contrast_on=self._contrast_on)
             outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
-            adversarial = (self.adversary.losses(outputs, batch, self.step.step, False)
-                           if self.adversary else None)
             losses = compute_losses(outputs, batch, self.config.training, self.step.step,
-                                    self.config.model.reduction_factor, adversarial=adversarial)
+                                    self.config.model.reduction_factor)
             weight = tf.cast(tf.shape(batch["mel"])[0], tf.float32)
             for name, metric in self.val_metrics.items():
                 metric.update_state(losses[name], sample_weight=weight)

@@ -1,7 +1,5 @@
 """One side of an adversarial step: an optimizer with its variables, its non-finite counters
-and its gradient-norm metric. The vocoder's GANStep has two (generator and discriminators);
-the acoustic trainer's adversarial mel loss has one, for its discriminator (the model's own
-update is TrainStep's).
+and its gradient-norm metric. The vocoder's GANStep has two (generator and discriminators).
 
     side = UpdateSide("discriminator", [disc], optimizer, loss_scaling)
     side.apply(tape.gradient(side.scale(loss), side.variables))
