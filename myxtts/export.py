@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-rows", type=int, default=1,
                    help="--format tflite / onnx: sentences the parts decode together (1-16), "
                         "the most a batch of myxtts-serve's engine and of a text's sentences "
-                        "holds; each call then costs about that many rows (docs/edge.md).")
+                        "holds; the one-row parts are kept for a lone sentence (docs/edge.md).")
     p.add_argument("--export-dir", default=None,
                    help="The model's folder; versions go in numbered subfolders (default "
                         "models/myxtts, models/myxtts-tflite or models/myxtts-onnx); a "

@@ -54,6 +54,7 @@ from tensorflow.python.framework.convert_to_constants import (  # no public equi
 from myxtts.atomic_write import atomic_write
 from myxtts.data import audio_math
 from myxtts.data.audio import LogMel, mel_filterbank
+from myxtts.errors import MyXTTSError
 from myxtts.decoding.scheduler import CHUNK_STEPS, CROSSFADE_SAMPLES
 from myxtts.exporters.registry import register
 from myxtts.exporters.versions import publish_version
@@ -367,8 +368,10 @@ def export_edge(fmt: str, checkpoint_dir: str, export_dir: str, *,
     graphs = EdgeGraphs(loaded, vocoder,
                         max_decoder_steps or loaded.config.model.max_decoder_steps, decode_rows)
     if decode_rows >= graphs.max_steps + STEPS_PER_CALL - 1:
-        raise ValueError(f"decode_rows {decode_rows} must be fewer than the decode's "
-                         f"{graphs.max_steps + STEPS_PER_CALL - 1} slots (max_decoder_steps)")
+        raise MyXTTSError(f"--decode-rows {decode_rows} must be fewer than the decode's "
+                          f"{graphs.max_steps + STEPS_PER_CALL - 1} steps (--max-decoder-steps, "
+                          f"or the run's model.max_decoder_steps): give fewer rows or more "
+                          f"steps.")
     functions = graphs.functions()
     os.makedirs(export_dir, exist_ok=True)
     staged = tempfile.mkdtemp(prefix=".tmp-export-", dir=export_dir)
