@@ -21,7 +21,7 @@ from myxtts.data.metadata import DatasetError, read_metadata, split_rows
 from myxtts.evaluate import guarded_main
 from myxtts.evaluation.sentence_choice import (IN_SET, ZERO_SHOT, find_sentences,
                                                pick_sentences)
-from myxtts.evaluation.free_running import SPEAKER_FIELDS
+from myxtts.evaluation.free_running import SPEAKER_FIELDS, WER_KINDS
 from myxtts.model_info import update_model_info
 from myxtts.run_directory import SPLIT_FILE
 from tests import children
@@ -34,12 +34,14 @@ from tests.inference_helpers import (GRIFFIN_LIM_ITERS, MAX_DECODER_STEPS, SAMPL
 MEAN_KEYS = {"length_ratio", "ended_by_stop", "focus", "monotonicity", "coverage", "mcd_own",
              "mcd_others", "text_match", "text_match_chance", "text_match_teacher_forced",
              "text_match_groups", "text_match_standard_error", "wer_synth",
-             "wer_gt_vocoded", "wer_recording", "cer_synth", "cer_gt_vocoded", "cer_recording"}
+             "wer_gt_vocoded", "wer_recording", "wer_teacher_forced", "cer_synth",
+             "cer_gt_vocoded", "cer_recording", "cer_teacher_forced"}
 UTTERANCE_KEYS = MEAN_KEYS - {"text_match_chance", "text_match_groups",
                               "text_match_standard_error"} | set(SPEAKER_FIELDS) | {
     "match_group", "match_among",
     "id", "speaker", "text", "language", "reference_id", "reference_audio", "tokens", "gt_frames",
-    "synth_frames", "max_frames", "heard_synth", "heard_gt_vocoded", "heard_recording"}
+    "synth_frames", "max_frames", "heard_synth", "heard_gt_vocoded", "heard_recording",
+    "heard_teacher_forced"}
 SPEAKER_SUMMARY_KEYS = {"judge", "not_measured_because", "speakers", "chance", "outputs",
                         "secs_own", "secs_others", "secs_gap", "speaker_match", "real",
                         "gap_ratio", "reference_decides", "per_speaker"}
@@ -98,11 +100,9 @@ class EvaluateCliTest(unittest.TestCase):
         self.assertIn("--recognizer none", report["wer_not_measured_because"])
         self.assertEqual(len(report["utterances"]), 3)
         for utterance in report["utterances"]:
-            self.assertEqual(set(utterance) - {"seconds", "word_errors_synth",
-                                               "word_errors_gt_vocoded",
-                                               "word_errors_recording", "char_errors_synth",
-                                               "char_errors_gt_vocoded",
-                                               "char_errors_recording"}, UTTERANCE_KEYS)
+            self.assertEqual(set(utterance) - {"seconds"} - {f"{errors}_errors_{kind}"
+                                               for errors in ("word", "char")
+                                               for kind in WER_KINDS}, UTTERANCE_KEYS)
             self.assertIn(utterance["id"], self.val_ids)
             self.assertNotEqual(utterance["reference_id"], utterance["id"])
             self.assertEqual(self.speakers[utterance["reference_id"]], utterance["speaker"])
@@ -240,10 +240,12 @@ class EvaluateCliTest(unittest.TestCase):
         self.assertGreaterEqual(mean["wer_synth"], 0.8, report["utterances"])
         self.assertLess(mean["cer_recording"], mean["cer_synth"])
         for utterance in report["utterances"]:
-            for kind in ("synth", "gt_vocoded", "recording"):
+            for kind in WER_KINDS:
                 self.assertIsInstance(utterance[f"heard_{kind}"], str)
                 self.assertIsNotNone(utterance[f"cer_{kind}"])
         self.assertIn(f"Heard by {report['recognizer']}: WER {mean['wer_synth']:.2f}", stdout)
+        self.assertIn(f"{mean['wer_teacher_forced']:.2f} ({mean['cer_teacher_forced']:.2f}) "
+                      f"teacher-forced", stdout)
         first = report["utterances"][0]
         self.assertIn(f"said  {first['text']!r}", stdout)
         self.assertIn(f"heard {first['heard_synth']!r}", stdout)

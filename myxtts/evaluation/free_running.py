@@ -48,12 +48,22 @@ def _wer_fields(recognizer, text: str, language: str, audio: Dict[str, np.ndarra
     return out
 
 
-WER_KINDS = ("synth", "gt_vocoded", "recording")
+# What the recogniser hears: the free-running output ("synth"), the recording's mel through the
+# same vocoder (the ceiling), the recording itself, and the model's teacher-forced output (fed
+# the recording's own frames, as in training; no decode-time voice mapping): a diagnostic of
+# whether the model says the words when its timing is given, never the judged figure.
+WER_KINDS = ("synth", "gt_vocoded", "recording", "teacher_forced")
 # Per utterance, with a speaker judge and two or more speakers (None otherwise): the other
 # speaker's reference and speaker_measures.cloning_measures' fields.
 SPEAKER_FIELDS = ("cross_speaker", "cross_reference_id", "cross_reference_audio", "secs_own",
                   "secs_others", "speaker_match", "cross_secs_own", "cross_secs_others",
                   "cross_speaker_match", "reference_decides")
+
+
+def _vocoded(synth: "Synthesizer", mel: np.ndarray) -> np.ndarray:
+    """The waveform of mel [T, n_mels] through the synthesizer's vocoder."""
+    wave, length = synth.vocoder(mel[None], [mel.shape[0]])
+    return wave[0, : int(length[0])].numpy()
 
 
 def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
@@ -121,7 +131,8 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
         latents = reference_latents(pick.reference, reference_samples)
         result = synth.synthesize_detailed(list(item.tokens), item.language_id, latents,
                                            padded_length=padded)
-        gt_wave, gt_wave_len = synth.vocoder(gt_mel[None], [gt_mel.shape[0]])
+        forced_mel = synth.teacher_forced_mel(list(item.tokens), item.language_id,
+                                              reference_mel, gt_mel)
         row = {"id": item.id, "speaker": item.speaker, "text": pick.text,
                "language": synth.languages[item.language_id],
                "reference_id": pick.reference.id, "reference_audio": pick.reference.audio_path,
@@ -132,12 +143,13 @@ def evaluate(synth: "Synthesizer", picks: Sequence[Pick], recognizer,
                **metrics.alignment_measures(result.alignment)}
         row.update(_wer_fields(recognizer, pick.text, synth.languages[item.language_id], {
             "synth": result.waveform,
-            "gt_vocoded": gt_wave[0, : int(gt_wave_len[0])].numpy(),
-            "recording": samples}, d.sample_rate))
+            "gt_vocoded": _vocoded(synth, gt_mel) if recognizer else None,
+            "recording": samples,
+            "teacher_forced": _vocoded(synth, forced_mel) if recognizer else None},
+            d.sample_rate))
         synth_cepstra.append(metrics.mel_cepstra(result.mel))
         gt_cepstra.append(metrics.mel_cepstra(gt_mel))
-        forced_cepstra.append(metrics.mel_cepstra(synth.teacher_forced_mel(
-            list(item.tokens), item.language_id, reference_mel, gt_mel)))
+        forced_cepstra.append(metrics.mel_cepstra(forced_mel))
         row.update(dict.fromkeys(SPEAKER_FIELDS))
         if heard is not None and pick.cross_reference is not None:
             cross = pick.cross_reference
@@ -294,7 +306,9 @@ def format_heard(rows: Sequence[dict], summary: dict, recognizer_name: str) -> s
     lines = [f"Heard by {recognizer_name}: WER {rate('wer_synth')} (CER {rate('cer_synth')}) "
              f"for the outputs, {rate('wer_gt_vocoded')} ({rate('cer_gt_vocoded')}) for the "
              f"recordings' mels through the same vocoder (the ceiling), "
-             f"{rate('wer_recording')} ({rate('cer_recording')}) for the recordings."]
+             f"{rate('wer_recording')} ({rate('cer_recording')}) for the recordings; "
+             f"{rate('wer_teacher_forced')} ({rate('cer_teacher_forced')}) teacher-forced (fed "
+             f"the recording's own frames: a diagnostic, not the judged figure)."]
     for row in rows[:HEARD_EXAMPLES]:
         lines.append(f"  {row['id']}: said  {row['text']!r}\n  {' ' * len(row['id'])}  heard "
                      f"{row['heard_synth']!r}")
