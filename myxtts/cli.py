@@ -150,10 +150,6 @@ def add_model_args(p: argparse.ArgumentParser, vocoder: bool = True) -> None:
                         "such as ckpt-200 (absolute, or inside --checkpoint-dir).")
     p.add_argument("--max-decoder-steps", type=int, default=None,
                    help="Longest decode in decoder steps (default: model.max_decoder_steps).")
-    p.add_argument("--voice-guidance", type=float, default=None,
-                   help="Push each decoded frame away from the model's null voice: frames + W "
-                        "* (frames - null-voice frames), e.g. 1.0 (default: the run's "
-                        "model.voice_guidance; needs a run trained with model.voice_dropout).")
     p.add_argument("--reference-statistics", choices=("on", "off"), default=None,
                    help="Map each decoded frame to the reference's mean and spread per mel band "
                         "(default: the run's model.reference_statistics; needs a run trained "
@@ -216,8 +212,7 @@ def check_adaptation_args(args: argparse.Namespace) -> None:
 def decoding_settings(args: argparse.Namespace) -> dict:
     """The decoding settings the model flags replace (checkpoint_loading.DECODING_FLAGS)."""
     statistics = args.reference_statistics
-    return {"model.voice_guidance": args.voice_guidance,
-            "model.reference_statistics": None if statistics is None else statistics == "on",
+    return {"model.reference_statistics": None if statistics is None else statistics == "on",
             "model.reference_matching": args.reference_matching}
 
 
@@ -228,8 +223,6 @@ def check_model_args(args: argparse.Namespace) -> None:
     if args.reference_matching is not None and not 0 <= args.reference_matching <= 1:
         raise UsageError(f"--reference-matching {args.reference_matching} must be within 0 "
                          f"(off) and 1, e.g. 0.5.")
-    if args.voice_guidance is not None and args.voice_guidance < 0:
-        raise UsageError(f"--voice-guidance {args.voice_guidance} must be 0 (off) or more.")
     if args.griffin_lim_iters < 1:
         raise UsageError(f"--griffin-lim-iters {args.griffin_lim_iters} must be 1 or more.")
     if getattr(args, "vocoder_checkpoint", None) and not args.vocoder_dir:

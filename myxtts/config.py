@@ -42,7 +42,11 @@ RETIRED_KEYS = {"model.text_alignment": "attention", "model.decoder_input": "pre
                 "training.moment_loss_weight": 0.0, "training.adversarial_weight": 0.0,
                 "training.adversarial_feature_weight": None,
                 "training.adversarial_start_step": None,
-                "training.discriminator_learning_rate": None}
+                "training.discriminator_learning_rate": None,
+                "training.speaker_contrast_weight": 0.0, "training.speaker_contrast_on": None,
+                "data.voice_warp": 0.0, "data.voice_warp_envelope": False,
+                "model.voice_dropout": 0.0, "model.voice_guidance": 0.0,
+                "model.reference_spread": False}
 
 
 class ConfigError(MyXTTSError, ValueError):
@@ -137,18 +141,6 @@ class DataConfig:
                                        "formants and tempo scaled by f: another voice, speaker "
                                        "'<name>~f'), e.g. [0.85, 1.15]. Validation rows are "
                                        "never shifted. docs/cloning.md.")
-    voice_warp: float = _f(0.0, "Speaker augmentation in training: each item's target and "
-                                "reference log-mels are warped along frequency by one factor "
-                                "from [1 - w, 1 + w] (vocal tract length perturbation: "
-                                "formants and pitch scale, tempo does not), so batches hold "
-                                "voices between and beyond the corpus's; e.g. 0.12. 0 = off. "
-                                "docs/cloning.md.")
-    voice_warp_envelope: bool = _f(False, "With data.voice_warp: warp only the spectral "
-                                          "envelope (the log-mel smoothed along "
-                                          "frequency by a 9-band Hann window) and keep the "
-                                          "rest where it is, so formants move and the pitch's "
-                                          "harmonics do not: voices whose formants and pitch "
-                                          "differ independently, as synthesiser variants do.")
     seed: int = _f(1234, "Seed for the train/validation split, shuffling and reference slices.")
 
 
@@ -180,12 +172,6 @@ class ModelConfig:
                                          "spectrum follows the reference, also for voices far "
                                          "from the training ones. It travels as one more "
                                          "latent row (needs d_model >= n_mels).")
-    reference_spread: bool = _m(False, "Decode relative to the reference's spread as well "
-                                       "(needs reference_spectrum): the decoder reads and "
-                                       "writes frames in units of each mel band's standard "
-                                       "deviation over the reference's speech frames (at "
-                                       "least 0.1), around its spectrum. The spread travels "
-                                       "as one more latent row.")
     reference_statistics: bool = _f(False, "Decoding (needs reference_spectrum): each "
                                            "written frame is mapped so that, over the speech "
                                            "frames written so far, every mel band has the "
@@ -233,16 +219,6 @@ class ModelConfig:
                                   "first teacher-forced pass without gradient) instead of the "
                                   "recorded frames: parallel scheduled sampling, so training "
                                   "sees the inputs decoding gives. Costs a forward pass.")
-    voice_dropout: float = _f(0.0, "Training only: the share of items whose voice (the "
-                                   "perceiver's speaker latents, not the reference spectrum) "
-                                   "is replaced by the null voice (zeros), so the model also "
-                                   "learns to speak without one: what model.voice_guidance "
-                                   "decodes against.")
-    voice_guidance: float = _f(0.0, "Decoding: each step's frames are pushed away from what "
-                                    "the model writes with the null voice, frames + w * "
-                                    "(frames - null-voice frames) (classifier-free guidance "
-                                    "on the voice; the decode runs every item twice). Needs a "
-                                    "model trained with model.voice_dropout; 0 = off.")
     max_text_positions: int = _f(512, "Longest token sequence the model accepts (longer texts "
                                        "are refused with a hint to split them).")
     max_decoder_steps: int = _f(1000, "Longest decode, in decoder steps (r frames each).")
@@ -259,10 +235,10 @@ class ModelConfig:
     def speaker_latent_rows(self) -> int:
         """Rows of the speaker latents the model takes: the perceiver's latents, plus the
         reference spectrum's row with reference_spectrum and the spread's with
-        reference_statistics or reference_spread, and REFERENCE_MATCHING_FRAMES rows of the
-        reference's speech frames with reference_matching."""
+        reference_statistics, and REFERENCE_MATCHING_FRAMES rows of the reference's speech
+        frames with reference_matching."""
         return (self.num_speaker_latents + int(self.reference_spectrum)
-                + int(self.reference_statistics or self.reference_spread)
+                + int(self.reference_statistics)
                 + (REFERENCE_MATCHING_FRAMES if self.reference_matching else 0))
 
 
@@ -326,20 +302,6 @@ class TrainingConfig:
                                          "(per token, in nats): the probe reading the "
                                          "recording, which trains the probe, and the probe "
                                          "reading the postnet output, which trains the model.")
-    speaker_contrast_weight: float = _f(0.0, "Weight of the contrastive speaker loss "
-                                             "(training/losses.py): the speaker latents of "
-                                             "each item's own recording must be nearer those "
-                                             "of its reference than those of the batch's "
-                                             "other speakers' references; costs a second "
-                                             "pass of the speaker encoder; 0 = off.")
-    speaker_contrast_on: str = _f("recording", "What the contrastive speaker loss hears as "
-                                               "each item's own voice: recording (its recorded "
-                                               "mel: the speaker encoder learns to tell voices "
-                                               "apart) or output (the postnet's teacher-forced "
-                                               "mel: the decoder must also put the reference's "
-                                               "voice into what it writes, a speaker "
-                                               "consistency loss heard by the model's own "
-                                               "encoder).")
     checkpoint_dir: str = _f("runs/default", "Checkpoints, best/, TensorBoard logs, config.yaml, "
                                              "vocab.json and model_info.json go here "
                                              "(--checkpoint-dir).")
@@ -574,25 +536,12 @@ class XTTSConfig:
              "needs model.reference_spectrum: the output's speech frames are told from its "
              "pauses by the reference spectrum's level. Turn reference_spectrum on (and train "
              "with it) or leave reference_matching at 0.")
-        need(not m.reference_spread or m.reference_spectrum, "model.reference_spread",
-             "needs model.reference_spectrum: frames are read and written in units of the "
-             "reference's spread around its spectrum.")
         need(m.d_model % m.num_heads == 0, "model.d_model",
              f"({m.d_model}) must be divisible by model.num_heads ({m.num_heads}).")
         need(0 <= m.dropout < 1 and 0 <= m.prenet_dropout < 1, "model.dropout",
              "and model.prenet_dropout must be in [0, 1).")
         need(0 <= m.self_feeding <= 1, "model.self_feeding", "must be in [0, 1].")
-        need(0 <= d.voice_warp < 0.5, "data.voice_warp", "must be in [0, 0.5).")
-        need(not d.voice_warp_envelope or d.voice_warp > 0, "data.voice_warp_envelope",
-             "warps what data.voice_warp warps, which is 0 (off): set data.voice_warp "
-             "(e.g. 0.15) or leave voice_warp_envelope false.")
         need(0 < m.stop_threshold < 1, "model.stop_threshold", "must be in (0, 1).")
-        need(0 <= m.voice_dropout < 1, "model.voice_dropout", "must be in [0, 1).")
-        need(m.voice_guidance >= 0, "model.voice_guidance", "must be 0 (off) or more.")
-        need(m.voice_guidance == 0 or m.voice_dropout > 0, "model.voice_guidance",
-             "decodes against the null voice, which a model learns only with "
-             "model.voice_dropout > 0 (e.g. 0.1); this run trained without it: leave "
-             "voice_guidance at 0.")
 
         need(t.optimizer in ("adamw", "muon"), "training.optimizer", "must be adamw or muon.")
         need(t.lr_schedule in ("cosine", "noam", "constant"), "training.lr_schedule",
@@ -616,14 +565,6 @@ class XTTSConfig:
              "training.lr_clock", "needs the step where training ends: set "
              "training.max_steps (a noam schedule has no end of its own).")
         need(t.clip_norm >= 0, "training.clip_norm", "must be >= 0 (0 = off).")
-        need(t.speaker_contrast_weight >= 0, "training.speaker_contrast_weight",
-             "must be >= 0 (0 = off).")
-        need(t.speaker_contrast_on in ("recording", "output"), "training.speaker_contrast_on",
-             "must be recording or output.")
-        need(t.speaker_contrast_on == "recording" or t.speaker_contrast_weight > 0,
-             "training.speaker_contrast_on",
-             "is output, but training.speaker_contrast_weight is 0: set a weight (e.g. 0.2), "
-             "or the loss it chooses is never computed.")
         need(t.reading_loss_weight >= 0, "training.reading_loss_weight", "must be >= 0.")
         need(t.keep_checkpoints >= 1, "training.keep_checkpoints", "must be >= 1.")
         need(t.select_by in SELECT_BY, "training.select_by", f"must be one of {', '.join(SELECT_BY)}.")

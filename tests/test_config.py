@@ -56,22 +56,6 @@ class ConfigTest(unittest.TestCase):
         with self.assertRaisesRegex(ConfigError, "model.d_model"):
             XTTSConfig.from_yaml(_write("model:\n  d_model: 30\n  num_heads: 4\n"))
 
-    def test_voice_guidance_needs_a_model_trained_with_the_null_voice(self):
-        with self.assertRaisesRegex(ConfigError, "model.voice_guidance decodes against the "
-                                                 "null voice"):
-            XTTSConfig.from_yaml(_write("model:\n  voice_guidance: 1.0\n"))
-        config = XTTSConfig.from_yaml(_write("model:\n  voice_dropout: 0.1\n"))
-        with self.assertRaisesRegex(ConfigError, "--voice-guidance must be 0 .off. or more"):
-            config.override({"model.voice_guidance": -1.0},
-                            names={"model.voice_guidance": "--voice-guidance"})
-        config.override({"model.voice_guidance": 2.0})
-        self.assertEqual(config.model.voice_guidance, 2.0)
-
-    def test_reference_spread_needs_the_reference_spectrum(self):
-        with self.assertRaisesRegex(ConfigError, "model.reference_spread needs "
-                                                 "model.reference_spectrum"):
-            XTTSConfig.from_yaml(_write("model:\n  reference_spread: true\n"))
-
     def test_reference_statistics_needs_the_reference_spectrum(self):
         with self.assertRaisesRegex(ConfigError, "model.reference_statistics needs "
                                                  "model.reference_spectrum"):
@@ -107,22 +91,6 @@ class ConfigTest(unittest.TestCase):
             XTTSConfig.from_dict({"model": {"text_alignment": "durations"}}, "old.yaml")
         with self.assertRaisesRegex(ConfigError, "model.prosody_features was retired"):
             XTTSConfig().override({"model.prosody_features": True})
-
-    def test_an_envelope_warp_needs_a_warp(self):
-        with self.assertRaisesRegex(ConfigError, "data.voice_warp_envelope warps what "
-                                                 "data.voice_warp warps, which is 0"):
-            XTTSConfig.from_yaml(_write("data:\n  voice_warp_envelope: true\n"))
-        config = XTTSConfig.from_yaml(_write("data:\n  voice_warp_envelope: true\n"
-                                             "  voice_warp: 0.15\n"))
-        self.assertTrue(config.data.voice_warp_envelope)
-
-    def test_a_contrast_heard_on_the_output_needs_a_weight(self):
-        with self.assertRaisesRegex(ConfigError, "training.speaker_contrast_on is output, but "
-                                                 "training.speaker_contrast_weight is 0"):
-            XTTSConfig.from_yaml(_write("training:\n  speaker_contrast_on: output\n"))
-        config = XTTSConfig.from_yaml(_write("training:\n  speaker_contrast_on: output\n"
-                                             "  speaker_contrast_weight: 0.2\n"))
-        self.assertEqual(config.training.speaker_contrast_on, "output")
 
     def test_missing_file_and_bad_yaml(self):
         with self.assertRaisesRegex(ConfigError, "does not exist"):

@@ -22,7 +22,7 @@ from tests.data_samples import SAMPLE_DIR, copy_sample_rows, tiny_config, write_
 
 CONTRACT = {"tokens": tf.int32, "token_lengths": tf.int32, "language_ids": tf.int32,
             "mel": tf.float32, "mel_lengths": tf.int32, "ref_mel": tf.float32,
-            "ref_lengths": tf.int32, "speaker": tf.int32}
+            "ref_lengths": tf.int32}
 
 
 class BucketTest(unittest.TestCase):
@@ -103,17 +103,6 @@ class SamplePipelineTest(unittest.TestCase):
             for row, n in enumerate(lengths):
                 self.assertTrue(np.all(tokens[row, :n] > 0) and np.all(tokens[row, n:] == 0))
                 seen_tokens.add(tuple(tokens[row, :n]))
-        # each batch row names its utterance's speaker by the same index in every batch
-        by_tokens = {tuple(it.tokens): it for it in p.items["train"]}
-        self.assertEqual(len(by_tokens), len(p.items["train"]))  # every text is its own
-        names = {}
-        for batch in batches:
-            tokens, lengths = batch["tokens"].numpy(), batch["token_lengths"].numpy()
-            for row, speaker in enumerate(batch["speaker"].numpy()):
-                item = by_tokens[tuple(tokens[row, :lengths[row]])]
-                self.assertEqual(names.setdefault(item.speaker, speaker), speaker)
-        self.assertEqual(len(set(names.values())), len(names))
-        self.assertGreater(len(names), 1)
         # every training utterance appears, and nothing else
         self.assertEqual(seen_tokens, {it.tokens for it in p.items["train"]})
         self.assertEqual(sorted(set(np.concatenate([b["language_ids"].numpy()

@@ -270,23 +270,6 @@ class ReferenceMatchingSignaturesTest(unittest.TestCase):
         self.assertGreater(float(tf.reduce_max(tf.abs(served["mel"] - unmatched))), 1e-2)
 
 
-class VoiceGuidanceSignaturesTest(unittest.TestCase):
-    """A model.voice_guidance model serves its guided decode (every item twice inside the
-    state) through the signatures, giving the model's own mel."""
-
-    def test_the_served_decode_is_the_models_guided_decode(self):
-        config, model, module = _served({"model.voice_dropout": 0.1,
-                                         "model.voice_guidance": 2.0})
-        signatures = module.signatures()
-        latents, tokens = _latents_and_tokens(config, signatures)
-        served = signatures["synthesize_tokens"](speaker_latents=latents, **tokens)
-        own = model.generate(*tokens.values(), latents, max_steps=6)
-        self.assertEqual(int(served["mel_lengths"][0]), int(own["mel_lengths"][0]))
-        np.testing.assert_allclose(served["mel"], own["mel"], atol=1e-4)
-        state = signatures["decode_start"](speaker_latents=latents, **tokens)
-        self.assertEqual(state["done"].shape, (2,))  # the item with its voice and without
-
-
 def _run(cmd, **kwargs):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from myxtts.config import TrainingConfig
 from myxtts.training.losses import (compute_losses, guided_attention_loss,
-                                    guided_attention_weight, speaker_contrast_loss)
+                                    guided_attention_weight)
 
 R = 2
 
@@ -91,45 +91,6 @@ class LossTest(unittest.TestCase):
         self.assertAlmostEqual(float(losses["objective"]), float(objective), places=5)
         expected = objective + 0.5 * losses["guided_attention"]
         self.assertAlmostEqual(float(losses["total"]), float(expected), places=5)
-
-
-class SpeakerContrastTest(unittest.TestCase):
-    """InfoNCE between the voices of the items' own recordings and of their references."""
-
-    VOICES = np.eye(3, 4, dtype=np.float32) * 5.0  # three orthogonal voices
-
-    def loss(self, own, reference, speakers, count=None):
-        return float(speaker_contrast_loss(tf.constant(own), tf.constant(reference),
-                                           tf.constant(speakers, tf.int32), count))
-
-    def test_own_voice_nearest_its_reference_is_near_zero_and_swapped_is_large(self):
-        own = self.VOICES
-        self.assertLess(self.loss(own, own, [0, 1, 2]), 1e-3)
-        swapped = self.loss(own, own[[1, 2, 0]], [0, 1, 2])
-        self.assertGreater(swapped, 9.0)  # a cosine gap of 1 at temperature 0.1: about 10
-
-    def test_items_of_one_speaker_are_not_each_others_negatives(self):
-        own = self.VOICES[[0, 0, 1]]
-        self.assertLess(self.loss(own, own, [0, 0, 1]), 1e-3)
-        # the same embeddings under different speaker labels: the twin is a negative
-        self.assertAlmostEqual(self.loss(own, own, [0, 1, 2]), 2 * np.log(2.0) / 3, places=4)
-        self.assertEqual(self.loss(own[:2], own[:2] * 0.5, [4, 4]), 0.0)
-
-    def test_a_count_divides_the_sum_and_compute_losses_weighs_it(self):
-        own = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
-        reference = np.random.default_rng(1).normal(size=(4, 8)).astype(np.float32)
-        mean = self.loss(own, reference, [0, 1, 2, 3])
-        self.assertAlmostEqual(self.loss(own, reference, [0, 1, 2, 3], 8.0), mean / 2, places=5)
-        outputs, batch = _batch_and_outputs()
-        outputs = dict(outputs, speaker_embedding=tf.constant(reference[:2]),
-                       target_speaker_embedding=tf.constant(own[:2]))
-        batch = dict(batch, speaker=tf.constant([0, 1]))
-        off = compute_losses(outputs, batch, TrainingConfig(), 0, R)
-        self.assertEqual(float(off["speaker_contrast"]), 0.0)  # off: not computed
-        on = compute_losses(outputs, batch, TrainingConfig(speaker_contrast_weight=0.5), 0, R)
-        expected = self.loss(own[:2], reference[:2], [0, 1])
-        self.assertAlmostEqual(float(on["speaker_contrast"]), expected, places=5)
-        self.assertAlmostEqual(float(on["total"] - off["total"]), 0.5 * expected, places=5)
 
 
 if __name__ == "__main__":

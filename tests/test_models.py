@@ -291,63 +291,21 @@ def _added_rows(test, count: int):
     return latents[:, -count:, :test.n], speech
 
 
-def _reference_row_model(cls, plain=False, **setting) -> None:
+def _reference_row_model(cls, **setting) -> None:
     """A test class's tiny reference_spectrum model with one more reference-row `setting`, its
-    batch of two items and their speaker latents (cls.config, model, n, r, batch, latents);
-    with `plain` also the model without the setting, with the same weights (cls.plain_config,
-    plain)."""
+    batch of two items and their speaker latents (cls.config, model, n, r, batch, latents),
+    and the model without the setting, with the same weights (cls.plain_config, plain)."""
     tf.random.set_seed(0)
     cls.config = tiny_config(reference_spectrum=True, decode_attention_window=0, d_model=48,
                              **setting)
     cls.model = tiny_model(cls.config)
-    if plain:
-        cls.plain_config = tiny_config(reference_spectrum=True, decode_attention_window=0,
-                                       d_model=48)
-        cls.plain = tiny_model(cls.plain_config)
-        cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
+    cls.plain_config = tiny_config(reference_spectrum=True, decode_attention_window=0,
+                                   d_model=48)
+    cls.plain = tiny_model(cls.plain_config)
+    cls.plain.set_weights(cls.model.get_weights())  # the same weights: none are added
     cls.n, cls.r = cls.config.data.n_mels, cls.config.model.reduction_factor
     cls.batch = random_batch(cls.config, token_lengths=(7, 5))
     cls.latents = cls.model.speaker_latents(cls.batch["ref_mel"], cls.batch["ref_lengths"])
-
-
-class ReferenceSpreadTest(unittest.TestCase):
-    """model.reference_spread: the decoder reads and writes frames in units of the reference's
-    spread around its spectrum."""
-
-    @classmethod
-    def setUpClass(cls):
-        _reference_row_model(cls, reference_spread=True)
-        cls.latents = cls.latents.numpy()
-
-    def _frames(self, latents, steps=8):
-        b = self.batch
-        state = self.model.start_decode(b["tokens"], b["token_lengths"], b["language_ids"],
-                                        tf.constant(latents), steps)
-        state = self.model.decode_steps(state, steps, 0.99999)
-        return tf.transpose(state.frames, [1, 0, 2]).numpy().reshape(2, steps * self.r, self.n)
-
-    def test_a_wider_reference_spread_widens_every_decoded_frame_by_as_much(self):
-        self.assertEqual(self.latents.shape[1], self.config.model.num_speaker_latents + 2)
-        wide = self.latents.copy()
-        wide[:, -1, :self.n] *= 2.0
-        spectrum = self.latents[:, -2, :self.n][:, None]
-        base, wider = self._frames(self.latents), self._frames(wide)
-        # the spread floor aside, every band's distance from the spectrum doubles
-        free = (self.latents[:, -1, :self.n] >= 0.1)[:, None] & np.ones_like(base, bool)
-        np.testing.assert_allclose((wider - spectrum)[free], 2.0 * (base - spectrum)[free],
-                                   atol=1e-4)
-
-    def test_teacher_forcing_on_the_decoded_frames_gives_them_back(self):
-        b = self.batch
-        decoded = self._frames(self.latents)
-        forced = self.model(dict(b, mel=tf.constant(decoded),
-                                 mel_lengths=tf.constant([8 * self.r] * 2)),
-                            training=False)["mel_before"]
-        self.assertLessEqual(_max_diff(forced, decoded), 1e-4)
-        args = (b["tokens"], b["token_lengths"], b["language_ids"], tf.constant(self.latents))
-        cached = self.model.generate(*args, max_steps=16, stop_threshold=0.99999)
-        full = self.model.generate(*args, max_steps=16, stop_threshold=0.99999, use_cache=False)
-        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
 
 
 class ReferenceStatisticsTest(unittest.TestCase):
@@ -357,7 +315,7 @@ class ReferenceStatisticsTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        _reference_row_model(cls, plain=True, reference_statistics=True)
+        _reference_row_model(cls, reference_statistics=True)
 
     def test_the_spread_travels_after_the_spectrum(self):
         rows, speech = _added_rows(self, 1)
@@ -426,7 +384,7 @@ class ReferenceMatchingTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        _reference_row_model(cls, plain=True, reference_matching=0.5)
+        _reference_row_model(cls, reference_matching=0.5)
 
     def test_the_speech_frames_travel_after_the_spectrum(self):
         from myxtts.config import REFERENCE_MATCHING_FRAMES
@@ -541,69 +499,6 @@ class ReferenceMatchingTest(unittest.TestCase):
         many[:, -F:] = np.random.default_rng(0).normal(-2.0, 0.3, (3, F, many.shape[-1]))
         thinned = self.model.pooled_latents(many).numpy()[0, -F:]
         np.testing.assert_array_equal(thinned, many[:, -F:].reshape(3 * F, -1)[::3])
-
-
-class VoiceGuidanceTest(unittest.TestCase):
-    """model.voice_dropout trains some items with the null voice; model.voice_guidance decodes
-    every item twice, with its voice and with the null voice, and pushes the frames away from
-    the null voice's."""
-
-    def test_items_trained_with_the_null_voice_do_not_hear_their_reference(self):
-        tf.random.set_seed(0)
-        config = tiny_config(voice_dropout=0.5)
-        model = tiny_model(config)
-        items = 8
-        b = random_batch(config, token_lengths=(7,) * items, mel_lengths=(12,) * items,
-                         ref_lengths=(10,) * items)
-        b["dropout_seed"] = tf.constant([3, 4], tf.int32)
-        other = dict(b, ref_mel=b["ref_mel"] + tf.random.normal(tf.shape(b["ref_mel"]), seed=2))
-
-        def changed(training):
-            first = model(b, training=training)
-            second = model(other, training=training)
-            mel = np.abs(first["mel_before"] - second["mel_before"]).max(axis=(1, 2))
-            voice = np.abs(first["speaker_embedding"] - second["speaker_embedding"]).max(axis=1)
-            return mel > 1e-4, voice > 1e-4
-
-        heard, voice = changed(training=True)
-        self.assertTrue(voice.all())  # the speaker embedding (contrastive loss) is the voice's
-        self.assertGreater(heard.sum(), 0)
-        self.assertGreater(items - heard.sum(), 0)  # some items trained with the null voice
-        heard, _ = changed(training=False)
-        self.assertTrue(heard.all())  # never outside training
-
-    def test_guided_frames_leave_the_null_voice_and_the_cache_equals_recompute(self):
-        tf.random.set_seed(0)
-        w = 1.5
-        config = tiny_config(voice_dropout=0.1, voice_guidance=w, reference_spectrum=True,
-                             d_model=48, decode_attention_window=0)
-        model = tiny_model(config)
-        b = random_batch(config, token_lengths=(7, 5))
-        latents = model.speaker_latents(b["ref_mel"], b["ref_lengths"])
-        rows = config.model.num_speaker_latents
-        null = tf.concat([tf.zeros_like(latents[:, :rows]), latents[:, rows:]], axis=1)
-        text = (b["tokens"], b["token_lengths"], b["language_ids"])
-
-        def first_step(voice):
-            return model.decode_steps(model.start_decode(*text, voice, 4), 1, 0.99999).frames[0]
-
-        guided = first_step(latents).numpy()
-        self.assertEqual(guided.shape[0], 4)  # every item twice
-        np.testing.assert_array_equal(guided[:2], guided[2:])
-        model.config.voice_guidance = 0.0
-        try:
-            voiced, unvoiced = first_step(latents).numpy(), first_step(null).numpy()
-            plain = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999)
-        finally:
-            model.config.voice_guidance = w
-        np.testing.assert_allclose(guided[:2], voiced + w * (voiced - unvoiced), atol=1e-4)
-        cached = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999)
-        full = model.generate(*text, latents, max_steps=16, stop_threshold=0.99999,
-                              use_cache=False)
-        self.assertEqual(cached["mel"].shape, plain["mel"].shape)
-        self.assertEqual(cached["mel_lengths"].shape, (2,))
-        self.assertLessEqual(_max_diff(cached["mel"], full["mel"]), 1e-4)
-        self.assertGreater(_max_diff(cached["mel"], plain["mel"]), 1e-3)
 
 
 class SelfFeedingTest(unittest.TestCase):

@@ -3,7 +3,7 @@ run by tests/logical_devices.py): placement of everything the trainer owns, grad
 accumulation equal to one big batch, non-finite steps skipped and counted (and a streak latching
 the stop flag), frames counted on the device, the fit loop's host-side step counting, float16 and
 bfloat16 steps, Muon, weight-decay exclusions, learning-rate schedules, the auto precision choice,
-update scales, the contrastive speaker loss, the reading probe.
+update scales, the reading probe.
 
     python -m pytest tests/test_trainer_step.py -v
 """
@@ -278,71 +278,6 @@ class AccumulationAndNonFiniteTest(TrainerTestCase):
         self.assertTrue(bool(r["finite"]))
         self.assertTrue(0 < float(r["total"]) < 100, float(r["total"]))
         self.assertEqual(devices_of(muon.optimizer.variables), ["device:CPU:1"])
-
-
-class SpeakerContrastTest(TrainerTestCase):
-    def test_training_separates_the_voices_the_speaker_encoder_hears(self):
-        # Two voices, each a fixed spectral shape under noise: every item's own mel and its
-        # reference (another utterance) carry its speaker's shape.
-        rng = np.random.default_rng(3)
-        shapes = rng.normal(0.0, 1.5, (2, 1, 40)).astype(np.float32)
-        b = batch(size=8)
-        speakers = b["speaker"].numpy()
-        with tf.device(PLAN.data_device):
-            for key, frames in (("mel", 24), ("ref_mel", 30)):
-                noise = rng.normal(-2.0, 0.5, (8, frames, 40)).astype(np.float32)
-                b[key] = tf.constant(noise + shapes[speakers])
-        trainer = make_trainer(os.path.join(self.workdir, "contrast"), xla=False,
-                               speaker_contrast_weight=1.0, guided_attention_weight=0.0)
-        off = make_trainer(os.path.join(self.workdir, "off"), xla=False)
-
-        def contrast(t):
-            return float(t._losses(b, t.step.step, False)["speaker_contrast"])
-
-        self.assertEqual(contrast(off), 0.0)  # off: not computed
-        before = contrast(trainer)
-        for _ in range(15):
-            trainer.step(b)
-        after = contrast(trainer)
-        self.assertGreater(before, 0.5)
-        self.assertLess(after, 0.5 * before)
-        self.assertGreater(float(trainer.step.loss_metrics["speaker_contrast"].result()), 0.0)
-
-    def test_on_the_output_the_decoder_must_write_the_voice(self):
-        # training.speaker_contrast_on: output: the loss hears the postnet's teacher-forced mel,
-        # so its gradient reaches the decoder and the postnet (with the recording it reaches
-        # only the speaker encoder), and training lowers it.
-        b = batch(size=8)
-        on_output = make_trainer(os.path.join(self.workdir, "on_output"), xla=False,
-                                 speaker_contrast_weight=1.0, speaker_contrast_on="output",
-                                 guided_attention_weight=0.0)
-        on_recording = make_trainer(os.path.join(self.workdir, "on_recording"), xla=False,
-                                    speaker_contrast_weight=1.0, guided_attention_weight=0.0)
-
-        def contrast_gradients(t):
-            with tf.GradientTape() as tape:
-                loss = t._losses(b, t.step.step, False)["speaker_contrast"]
-            parts = {"speaker_encoder": t.model.speaker_encoder, "decoder": t.model.decoder,
-                     "postnet": t.model.postnet}
-            grads = tape.gradient(loss, [v for p in parts.values() for v in p.trainable_variables])
-            norms, i = {}, 0
-            for name, part in parts.items():
-                n = len(part.trainable_variables)
-                norms[name] = sum(float(tf.norm(g)) for g in grads[i:i + n] if g is not None)
-                i += n
-            return float(loss), norms
-
-        _, recording = contrast_gradients(on_recording)
-        before, output = contrast_gradients(on_output)
-        self.assertGreater(recording["speaker_encoder"], 0.0)
-        self.assertEqual(recording["decoder"], 0.0)
-        self.assertEqual(recording["postnet"], 0.0)
-        for name in ("speaker_encoder", "decoder", "postnet"):
-            self.assertGreater(output[name], 0.0, name)
-        for _ in range(15):
-            on_output.step(b)
-        after, _ = contrast_gradients(on_output)
-        self.assertLess(after, before)
 
 
 class ReadingProbeTest(TrainerTestCase):

@@ -13,8 +13,7 @@ import numpy as np  # noqa: E402
 from myxtts.data import audio as audio_lib  # noqa: E402
 from myxtts.data.cache import load_samples  # noqa: E402
 from myxtts.data.pipeline import InputPipeline  # noqa: E402
-from myxtts.data.voice_shifts import (WARP_STEPS, envelope_smoother, shift_voice,  # noqa: E402
-                                    shifted_length, warp_matrices)
+from myxtts.data.voice_shifts import shift_voice, shifted_length  # noqa: E402
 from tests.data_samples import SAMPLE_DIR, tiny_config  # noqa: E402
 
 
@@ -83,72 +82,3 @@ class ShiftedSpeakersInThePipelineTest(unittest.TestCase):
                 if length == mel.shape[0] and tuple(tokens) == copy.tokens:
                     found.append(batch["mel"][row, :length].numpy())
         self.assertTrue(any(np.allclose(f, mel, atol=1e-4) for f in found))
-
-
-class VoiceWarpTest(unittest.TestCase):
-    """data.voice_warp: each training item's mels warped along frequency by one seeded factor,
-    the same for its target and its reference; validation is never warped."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.work = tempfile.mkdtemp()
-        common = dict(feature_mode="cached", val_fraction=0.2, cache_dir=f"{cls.work}/cache")
-        cls.config = tiny_config(voice_warp=0.15, **common)
-        cls.pipeline = InputPipeline(cls.config, SAMPLE_DIR, work_dir=cls.work)
-        cls.plain = InputPipeline(tiny_config(**common), SAMPLE_DIR, work_dir=cls.work)
-
-    @classmethod
-    def tearDownClass(cls):
-        shutil.rmtree(cls.work, ignore_errors=True)
-
-    def test_a_factor_above_one_moves_a_band_up_and_the_middle_one_is_the_identity(self):
-        matrices = warp_matrices(self.config.data)
-        n = self.config.data.n_mels
-        np.testing.assert_array_equal(matrices[WARP_STEPS // 2], np.eye(n, dtype=np.float32))
-        peak = np.zeros([1, n], np.float32)
-        peak[0, n // 2] = 1.0
-        self.assertLess(int(np.argmax(peak @ matrices[0])), n // 2)
-        self.assertGreater(int(np.argmax(peak @ matrices[-1])), n // 2)
-        np.testing.assert_allclose(matrices.sum(axis=1), 1.0, atol=1e-6)
-
-    def test_an_envelope_warp_moves_the_formant_and_leaves_the_harmonics(self):
-        data = tiny_config(voice_warp=0.15, voice_warp_envelope=True).data
-        n = data.n_mels
-        matrices = warp_matrices(data)
-        smoother = envelope_smoother(n)
-        bands = np.arange(n)
-        # A log-mel frame: a harmonic comb every 5 bands on a broad formant at band n / 2.
-        frame = ((bands % 5 == 0) + 2.0 * np.exp(-0.5 * ((bands - n // 2) / 6.0) ** 2))[None]
-        fine = frame - frame @ smoother
-        for k in (0, WARP_STEPS - 1):
-            moved = (frame @ matrices[k]) @ smoother
-            self.assertEqual(np.sign(np.argmax(moved) - n // 2), np.sign(k - WARP_STEPS // 2))
-            warped = frame @ matrices[k]
-            kept = warped - warped @ smoother
-            inner = slice(5, n - 5)  # the smoother's edges renormalise its window
-            self.assertGreater(np.corrcoef(fine[0, inner], kept[0, inner])[0, 1], 0.99)
-            whole = frame @ warp_matrices(tiny_config(voice_warp=0.15).data)[k]
-            whole_fine = whole - whole @ smoother
-            self.assertLess(np.corrcoef(fine[0, inner], whole_fine[0, inner])[0, 1], 0.5)
-        np.testing.assert_allclose(matrices[WARP_STEPS // 2], np.eye(n), atol=1e-6)
-        np.testing.assert_allclose(matrices.sum(axis=1), 1.0, atol=1e-5)
-
-    def test_training_batches_are_warped_by_their_items_factor_and_validation_is_not(self):
-        matrices = warp_matrices(self.config.data)
-        warped = [next(iter(self.pipeline.train_dataset(0))) for _ in range(2)]
-        plain = next(iter(self.plain.train_dataset(0)))
-        self.assertNotIn("voice_warp", plain)
-        # Seeded: the same epoch warps the same way.
-        np.testing.assert_array_equal(warped[0]["voice_warp"], warped[1]["voice_warp"])
-        self.assertGreater(len(set(warped[0]["voice_warp"].numpy().tolist())), 1)
-        got, raw = self.pipeline.featurize(warped[0]), self.plain.featurize(plain)
-        np.testing.assert_array_equal(warped[0]["tokens"], plain["tokens"])
-        for row, k in enumerate(warped[0]["voice_warp"].numpy()):
-            for key in ("mel", "ref_mel"):
-                np.testing.assert_allclose(got[key][row], raw[key][row].numpy() @ matrices[k],
-                                           atol=1e-5)
-        val, val_plain = (next(iter(p.val_dataset())) for p in (self.pipeline, self.plain))
-        self.assertNotIn("voice_warp", val)
-        for key in ("mel", "ref_mel"):
-            np.testing.assert_array_equal(self.pipeline.featurize(val)[key],
-                                          self.plain.featurize(val_plain)[key])

@@ -80,8 +80,7 @@ def make_trainer(directory, model_fields=None, **training):
 
 
 def batch(size=4, frames=24, tokens=10, seed=0, nan=False):
-    """A batch dict on the data device (the items' speakers alternate 0, 1, 0, ...); `nan` puts
-    one NaN into the first mel."""
+    """A batch dict on the data device; `nan` puts one NaN into the first mel."""
     # Equal lengths: the masked mean of a micro-batch then weighs frames like the big batch.
     rng = np.random.default_rng(seed)
     mel = rng.normal(-2.0, 1.0, (size, frames, 40)).astype(np.float32)
@@ -94,8 +93,7 @@ def batch(size=4, frames=24, tokens=10, seed=0, nan=False):
                 "language_ids": tf.zeros([size], tf.int32),
                 "mel": tf.constant(mel), "mel_lengths": tf.fill([size], frames),
                 "ref_mel": tf.constant(rng.normal(-2.0, 1.0, (size, 30, 40)), tf.float32),
-                "ref_lengths": tf.fill([size], 30),
-                "speaker": tf.constant(np.arange(size) % 2, tf.int32)}
+                "ref_lengths": tf.fill([size], 30)}
 
 
 def feeder_of(items, device):

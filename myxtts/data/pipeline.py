@@ -140,22 +140,12 @@ class InputPipeline:
         # Each item's speaker reference is another utterance of its speaker (validation made
         # sure there is one): never the target itself, in either feature mode.
         self.reference_pools = ReferencePools(self.items)
-        # Batches name each item's speaker by its index among the run's speakers (sorted), so a
-        # loss can tell which items of a batch share a voice.
-        speakers = {s: i for i, s in enumerate(
-            sorted({it.speaker for its in self.items.values() for it in its}))}
-        self._speaker_ids = {split: tf.constant(np.fromiter(
-            (speakers[it.speaker] for it in its), np.int32, len(its)))
-            for split, its in self.items.items()}
         # XLA fuses framing, the float64 window/FFT and the mel projection; batches have one
         # static shape per bucket, so it compiles once per bucket.
         self._log_mel = audio_lib.LogMel.for_device(
             d, tf.DeviceSpec.from_string(data_device).device_type or "CPU")
         # Not XLA-compiled as a whole: the mel and reference-mel launches run concurrently.
         self._featurize = tf.function(self._featurize_batch, reduce_retracing=True)
-        # data.voice_warp: training items carry a warp index, applied in _featurize_batch
-        self._warps = (tf.constant(voice_shifts.warp_matrices(d)) if d.voice_warp > 0
-                       else None)
         self.feature_mode = d.feature_mode
         self._shards: Dict[str, List[str]] = {}
         self._bank = None
@@ -332,7 +322,6 @@ class InputPipeline:
         items = self.items[split]
         pools = self.reference_pools
         ref_samples = audio_math.samples_for_frames(self.ref_frames, d.hop_length)
-        speaker_ids = self._speaker_ids[split]
 
         def load(index):
             i = int(index)
@@ -360,9 +349,6 @@ class InputPipeline:
             for key in ("audio_lengths", "ref_audio_lengths", "token_lengths", "language_ids"):
                 element[key].set_shape([])
             element["frames"] = 1 + element["audio_lengths"] // d.hop_length
-            element["speaker"] = tf.gather(speaker_ids, index)
-            if training and self._warps is not None:
-                element["voice_warp"] = self._warp_index(epoch, index)
             return element
 
         order = (np.random.default_rng([d.seed, epoch]).permutation(len(items)) if training
@@ -422,7 +408,6 @@ class InputPipeline:
         ref_min = max(1, int(d.ref_min_seconds * frames_per_second))
         ref_max = self.ref_frames
         bank = self._reference_bank(split)
-        speaker_ids = self._speaker_ids[split]
 
         def parse(serialized):
             index, mel = cache_lib.parse_record(serialized, d.n_mels)
@@ -453,9 +438,7 @@ class InputPipeline:
             element = {"tokens": toks, "token_lengths": tf.shape(toks)[0],
                        "language_ids": tf.gather(languages, index),
                        "mel": mel, "mel_lengths": tf.shape(mel)[0], "ref_mel": ref,
-                       "ref_lengths": length, "speaker": tf.gather(speaker_ids, index)}
-            if training and self._warps is not None:
-                element["voice_warp"] = self._warp_index(epoch, index)
+                       "ref_lengths": length}
             return element
 
         ds = tf.data.TFRecordDataset(shards, num_parallel_reads=min(len(shards), 4))
@@ -524,7 +507,7 @@ class InputPipeline:
     # ---- featurization (data device) ------------------------------------------------------------
     def _featurize_batch(self, batch: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
         out = {"tokens": batch["tokens"], "token_lengths": batch["token_lengths"],
-               "language_ids": batch["language_ids"], "speaker": batch["speaker"]}
+               "language_ids": batch["language_ids"]}
         if "audio" in batch:
             out["mel"], out["mel_lengths"] = self._log_mel.masked(batch["audio"],
                                                                   batch["audio_lengths"])
@@ -533,16 +516,4 @@ class InputPipeline:
         else:
             for key in ("mel", "mel_lengths", "ref_mel", "ref_lengths"):
                 out[key] = batch[key]
-        if "voice_warp" in batch:
-            # one factor per item, the same for its target and its reference
-            warps = tf.gather(self._warps, batch["voice_warp"])
-            for key in ("mel", "ref_mel"):
-                out[key] = tf.einsum("btm,bmn->btn", out[key], warps)
         return out
-
-    def _warp_index(self, epoch: int, index) -> tf.Tensor:
-        """The data.voice_warp factor (an index into warp_matrices) of training item `index`
-        in `epoch`: seeded, so a resumed epoch warps as the first run did."""
-        seed = tf.stack([tf.cast(self.data_config.seed * 100003 + epoch, tf.int64),
-                         tf.cast(index, tf.int64)])
-        return tf.random.stateless_uniform([], seed + 3, 0, voice_shifts.WARP_STEPS, tf.int32)

@@ -107,8 +107,7 @@ def _unreachable_weights(root, model: keras.Model) -> List[str]:
 
 
 # The decoding settings a model command's flag may replace (nothing trained depends on them).
-DECODING_FLAGS = {"model.voice_guidance": "--voice-guidance",
-                  "model.reference_statistics": "--reference-statistics",
+DECODING_FLAGS = {"model.reference_statistics": "--reference-statistics",
                   "model.reference_matching": "--reference-matching"}
 
 

@@ -25,7 +25,6 @@ class ModelDecoder(DecodeBackend):
         self.n_mels = model.n_mels
         self.postnet_context = model.postnet.receptive_field
         self.token_padding = token_padding
-        self._guided = model.config.voice_guidance > 0  # each row twice: voiced, then null
         self._start = tf.function(functools.partial(model.start_decode, max_steps=max_steps),
                                   jit_compile=jit_compile, reduce_retracing=True)
         self._steps = tf.function(model.decode_steps, jit_compile=jit_compile,
@@ -43,29 +42,18 @@ class ModelDecoder(DecodeBackend):
     def steps(self, state, steps: int):
         return self._steps(state, tf.constant(steps, tf.int32))
 
-    def _rows(self, state) -> int:
-        """Rows of the decode (with voice guidance the state holds each twice)."""
-        items = int(state.done.shape[0])
-        return items // 2 if self._guided else items
-
     def batch_progress(self, state) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-        b = self._rows(state)
-        done = state.done.numpy()[:b]
-        frames = np.where(done, state.lengths.numpy()[:b],
-                          int(state.step) * self.reduction_factor)
-        return done, frames, state.by_stop.numpy()[:b]
+        done = state.done.numpy()
+        frames = np.where(done, state.lengths.numpy(), int(state.step) * self.reduction_factor)
+        return done, frames, state.by_stop.numpy()
 
     def batch_frames(self, state, first: int, last: int) -> np.ndarray:
-        r, b = self.reduction_factor, self._rows(state)
-        steps = state.frames[step_slice(first, last, r), :b].numpy()
+        r = self.reduction_factor
+        steps = state.frames[step_slice(first, last, r)].numpy()
         return step_frames(steps, first, last, r, self.n_mels)
 
     def select(self, state, rows: Sequence[int]):
-        rows = list(rows)
-        if self._guided:  # the null-voice copy of row k is row k + B
-            b = self._rows(state)
-            rows = rows + [row + b for row in rows]
-        rows = tf.constant(rows, tf.int32)
+        rows = tf.constant(list(rows), tf.int32)
         return tf.nest.map_structure(
             lambda value, axis: value if axis is None else tf.gather(value, rows, axis=axis),
             state, batch_axes(state))

@@ -71,7 +71,7 @@ _CONDITIONING = ("d_model", "num_heads", "ff_multiplier", "conditioning_layers",
                  "perceiver_layers", "num_speaker_latents", "reference_spectrum")
 # Settings that add latent rows when on; off they are left out of the fingerprint, so the voices
 # of models from before they existed keep their fingerprints.
-_CONDITIONING_WHEN_ON = ("reference_statistics", "reference_spread", "reference_matching")
+_CONDITIONING_WHEN_ON = ("reference_statistics", "reference_matching")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz (a zip archive) begins
 _KEYS = ("format", "format_version", "latents", "fingerprint", "references", "checkpoint")
 _ADAPTED_KEYS = ("decoder_fingerprint", "postnet_0")

@@ -142,8 +142,8 @@ class SpeakerEncoder(keras.layers.Layer):
     `num_speaker_latents` learned vectors, so any reference length gives L fixed latents
     (XTTS v2 uses 32). Padded reference frames are masked out of every attention. With
     model.reference_spectrum one row follows them: the reference's `reference_spectrum` in its
-    first n_mels values, zeros after; with model.reference_statistics or reference_spread one
-    more, its `reference_spread` laid out the same way (XTTSModel.split_latents takes them apart);
+    first n_mels values, zeros after; with model.reference_statistics one more, its
+    `reference_spread` laid out the same way (XTTSModel.split_latents takes them apart);
     with model.reference_matching REFERENCE_MATCHING_FRAMES more, its `reference_frames`
     (XTTSModel.reference_frames).
     """
@@ -155,7 +155,7 @@ class SpeakerEncoder(keras.layers.Layer):
         self.num_latents = config.num_speaker_latents
         self.dropout = config.dropout
         self.with_spectrum = config.reference_spectrum
-        self.with_spread = config.reference_statistics or config.reference_spread
+        self.with_spread = config.reference_statistics
         self.with_frames = bool(config.reference_matching)
         self.input_projection = keras.layers.Dense(config.d_model, name="input_projection")
         self.conditioning = _stack(config, config.conditioning_layers, 0, "conditioning")

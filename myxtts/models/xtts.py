@@ -14,18 +14,11 @@ Public API (docs/model.md has the diagram and the contracts):
                                                        decoder block, mean over heads
         out["text_attention"] float32 [B, layers*H, T_mel / r, T_text]  every block's text
                                                        cross-attention heads (guided loss)
-        out["speaker_embedding"] float32 [B, d]        mean of the reference's speaker latents
-                                                       (the perceiver's, without the spectrum row)
     with model.reading_probe also (models/reading_probe.py)
         out["reading_logits"] float32 [B, T_mel, vocab]  the probe's CTC logits on the recorded
                                                        mel (id 0, padding, is the blank)
         out["reading_logits_output"] float32 [B, T_mel, vocab]  the same on mel_after, with no
                                                        gradient into the probe's weights
-    model(batch, training=True, contrast_frames=N, contrast_on="recording") also gives
-        out["target_speaker_embedding"] float32 [B, d] the same of the first N frames of each
-                                                       item's own mel (the contrastive loss):
-                                                       the recorded one, or with
-                                                       contrast_on="output" mel_after
     latents = model.speaker_latents(ref_mel, ref_lengths, training=False)   # float32 [B, L, d]
         L = config.speaker_latent_rows: the perceiver's latents, and with model.reference_spectrum
         the reference's spectrum as one more row (`split_latents`); the decoder then reads and
@@ -92,9 +85,8 @@ class DecodeState(NamedTuple):
     """Everything an autoregressive decode carries from one step to the next
     (`XTTSModel.start_decode` → `decode_steps` → ... → `decoded`). Every field is a tensor or a
     tuple of tensors, so a state passes through tf.while_loop, between tf.function calls and
-    through SavedModel signatures. S = the decode's maximum steps, B = items (with
-    model.voice_guidance each item twice, voiced then with the null voice: `_guided_items`),
-    T = text tokens, H heads of Dh dimensions, r = model.reduction_factor."""
+    through SavedModel signatures. S = the decode's maximum steps, B = items, T = text tokens,
+    H heads of Dh dimensions, r = model.reduction_factor."""
 
     step: tf.Tensor  # int32 []: decoder steps run so far (the next slot written)
     frames: tf.Tensor  # float32 [S, B, r * n_mels]: each step's frames before the postnet
@@ -107,8 +99,6 @@ class DecodeState(NamedTuple):
     #   (relative to `offset`)
     offset: tf.Tensor  # float32 [B, r * n_mels]: the reference spectrum added to every step's
     #   frames (model.reference_spectrum; zeros without)
-    scale: tf.Tensor  # float32 [B, r * n_mels]: the reference's spread every step's frames are
-    #   multiplied by before (model.reference_spread; ones without)
     caches: tuple  # per block: (keys [S, B, H, Dh], values, forward attention [B, H, T])
     memory: tuple  # per block: ((latent keys, values), (text keys, values)), [B, H, L|T, Dh]
     text_mask: tf.Tensor  # bool [B, 1, 1, T]: the text's valid tokens
@@ -238,8 +228,7 @@ class XTTSModel(keras.Model):
                                     dtype="int32")
 
     # ---- teacher-forced training pass ------------------------------------------------------
-    def call(self, batch, training=False, contrast_frames: int = 0,
-             contrast_on: str = "recording") -> Dict[str, tf.Tensor]:
+    def call(self, batch, training=False) -> Dict[str, tf.Tensor]:
         r, n = self.reduction_factor, self.n_mels
         # Under a tf.distribute strategy the training step passes each replica its own seed
         # (myxtts/training/mirrored_step.py): a replica cannot advance the seed generator.
@@ -253,48 +242,24 @@ class XTTSModel(keras.Model):
             voice_rows = self.speaker_encoder(batch["ref_mel"], tf.cast(batch["ref_lengths"],
                                                                         tf.int32),
                                               seed=fold_seed(seed, 1), training=training)
-        latents, spectrum, spread = self.split_latents(voice_rows)
-        scale = self._frame_scale(spread)
-        voice = latents
-        latents = self._drop_voices(latents, fold_seed(seed, 6), training)
+        latents, spectrum, _ = self.split_latents(voice_rows)
         mel = batch["mel"]
         b, t = tf.shape(mel)[0], tf.shape(mel)[1]
         text_mask = key_padding_mask(token_lengths, tf.shape(tokens)[1])
         frames, stop, text_attention = self.decoder(
-            previous_step_inputs(_relative(mel, spectrum, scale), r), latents, text, text_mask,
+            previous_step_inputs(_relative(mel, spectrum), r), latents, text, text_mask,
             seed=fold_seed(seed, 2), training=training)
-        mel_before = _absolute(tf.reshape(frames, [b, t, n]), spectrum, scale)
+        mel_before = _absolute(tf.reshape(frames, [b, t, n]), spectrum)
         mel_after = self.postnet(mel_before, length_mask(batch["mel_lengths"], t))
         outputs = {"mel_before": mel_before, "mel_after": mel_after,
                    "stop_logits": tf.reshape(stop, [b, t]),
                    "alignments": tf.reduce_mean(text_attention[:, -self.config.num_heads:],
                                                 axis=1),
-                   "text_attention": text_attention,
-                   "speaker_embedding": tf.cast(tf.reduce_mean(voice, axis=1), tf.float32)}
+                   "text_attention": text_attention}
         if self.reading_probe is not None:
             outputs["reading_logits"] = self.reading_probe(mel)
             outputs["reading_logits_output"] = self.reading_probe(mel_after, frozen=True)
-        if contrast_frames:
-            # the voice of the item's own recording, or of what the model wrote for it, heard
-            # by the same speaker encoder
-            heard = mel_after if contrast_on == "output" else mel
-            own = self.speaker_encoder(heard[:, :contrast_frames],
-                                       tf.minimum(tf.cast(batch["mel_lengths"], tf.int32),
-                                                  contrast_frames),
-                                       seed=fold_seed(seed, 3), training=training)
-            own = self.split_latents(own)[0]
-            outputs["target_speaker_embedding"] = tf.cast(tf.reduce_mean(own, axis=1),
-                                                          tf.float32)
         return outputs
-
-    def _drop_voices(self, latents, seed, training):
-        """Training with model.voice_dropout: each item's perceiver latents [B, L, d] replaced
-        by the null voice (zeros) at that rate, one draw per item."""
-        rate = self.config.voice_dropout
-        if not training or seed is None or rate <= 0.0:
-            return latents
-        kept = tf.random.stateless_uniform([tf.shape(latents)[0], 1, 1], seed) >= rate
-        return latents * tf.cast(kept, latents.dtype)
 
     def speaker_latents(self, ref_mel, ref_lengths, training=False) -> tf.Tensor:
         """Reference log10 mel [B, T_ref, n_mels] → float32 latents [B, L, d_model]
@@ -306,12 +271,10 @@ class XTTSModel(keras.Model):
     def split_latents(self, latents):
         """Speaker latents [B, speaker_latent_rows, d] → (the perceiver's [B, L, d], the
         reference spectrum float32 [B, n_mels] or None without model.reference_spectrum, the
-        reference's spread float32 [B, n_mels] or None without model.reference_statistics or
-        reference_spread)."""
+        reference's spread float32 [B, n_mels] or None without model.reference_statistics)."""
         m = self.config
         rows = [None, None]
-        for i, on in enumerate((m.reference_spectrum,
-                                m.reference_statistics or m.reference_spread)):
+        for i, on in enumerate((m.reference_spectrum, m.reference_statistics)):
             if on:
                 rows[i] = tf.cast(latents[:, m.num_speaker_latents + i, :self.n_mels],
                                   tf.float32)
@@ -356,16 +319,9 @@ class XTTSModel(keras.Model):
         """float32 [B, REFERENCE_MATCHING_FRAMES, n_mels]: the reference speech frames the
         speaker latents carry with model.reference_matching (`encoders.reference_frames`)."""
         first = (self.config.num_speaker_latents + int(self.config.reference_spectrum)
-                 + int(self.config.reference_statistics or self.config.reference_spread))
+                 + int(self.config.reference_statistics))
         return tf.cast(latents[:, first:first + REFERENCE_MATCHING_FRAMES, :self.n_mels],
                        tf.float32)
-
-    def _frame_scale(self, spread):
-        """float32 [B, n_mels]: the unit frames are read and written in (model.reference_spread:
-        the reference's spread, at least SPREAD_FLOOR), or None."""
-        if not self.config.reference_spread:
-            return None
-        return tf.maximum(spread, SPREAD_FLOOR)
 
     # ---- inference ------------------------------------------------------------------------
     def generate(self, tokens, token_lengths, language_ids, latents, max_steps=None, *,
@@ -376,7 +332,7 @@ class XTTSModel(keras.Model):
         if jit_compile and not use_cache:
             raise ValueError("The full-recompute path grows its input each step and cannot be "
                              "XLA-compiled; use use_cache=True with jit_compile=True.")
-        key = (max_steps, threshold, use_cache, jit_compile, self.config.voice_guidance)
+        key = (max_steps, threshold, use_cache, jit_compile)
         fn = self._generate_cache.functions.get(key)
         if fn is None:
             fn = tf.function(functools.partial(self.decode, max_steps=max_steps,
@@ -411,15 +367,13 @@ class XTTSModel(keras.Model):
         cross-attention and allocates the buffers of a decode of at most `max_steps` steps;
         no step is run yet."""
         r, n = self.reduction_factor, self.n_mels
-        tokens, token_lengths, language_ids, latents = self._guided_items(
-            tokens, token_lengths, language_ids, latents)
+        tokens = tf.convert_to_tensor(tokens, tf.int32)
+        token_lengths = tf.cast(token_lengths, tf.int32)
         b, t_text = tf.shape(tokens)[0], tf.shape(tokens)[1]
         matching = ((self.reference_frames(latents),) if self.config.reference_matching
                     else ())
         latents, spectrum, spread = self.split_latents(tf.cast(latents, self.compute_dtype))
         offset = (tf.zeros([b, r * n]) if spectrum is None else tf.tile(spectrum, [1, r]))
-        unit = self._frame_scale(spread)
-        scale = tf.ones([b, r * n]) if unit is None else tf.tile(unit, [1, r])
         statistics = _start_statistics(spread) if self.config.reference_statistics else ()
         text = self.decoder.condition_text(
             self.text_encoder(tokens, token_lengths, tf.cast(language_ids, tf.int32)), latents)
@@ -435,7 +389,7 @@ class XTTSModel(keras.Model):
             alignments=slot_buffer(max_steps, [b, t_text], tf.float32),
             done=tf.zeros([b], tf.bool), lengths=tf.zeros([b], tf.int32),
             by_stop=tf.zeros([b], tf.bool), peaks=tf.zeros([b], tf.int32),
-            previous=tf.zeros([b, r * n]), offset=offset, scale=scale,
+            previous=tf.zeros([b, r * n]), offset=offset,
             caches=tuple((slot_buffer(max_steps, cache_shape, self.compute_dtype),
                           slot_buffer(max_steps, cache_shape, self.compute_dtype), forward)
                          for _ in blocks),
@@ -483,8 +437,7 @@ class XTTSModel(keras.Model):
             frames, stop = self.decoder.step_heads(
                 modulate(apply_norm(x, final_norm), final_modulation), decoder_weights)
             align = tf.reduce_mean(weights[TEXT], axis=1)[:, 0]
-            frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return (s._replace(previous=frames, caches=tuple(caches)),)
 
         if isinstance(steps, int) and in_static_context() and not in_xla_context():
@@ -507,8 +460,6 @@ class XTTSModel(keras.Model):
         frame decoded so far (stopped False)."""
         r, n = self.reduction_factor, self.n_mels
         capacity = state.frames.shape[0] or tf.shape(state.frames)[0]
-        if self.config.voice_guidance > 0:
-            state = _voiced_half(state)
         b = tf.shape(state.frames)[1]
         lengths = tf.where(state.done, state.lengths, state.step * r)
         mel_before = tf.reshape(tf.transpose(state.frames, [1, 0, 2]), [b, capacity * r, n])
@@ -520,33 +471,6 @@ class XTTSModel(keras.Model):
         return {"mel": mel, "mel_lengths": lengths,
                 "alignments": tf.transpose(state.alignments, [1, 0, 2]),
                 "stopped": state.by_stop}
-
-    def _guided_items(self, tokens, token_lengths, language_ids, latents):
-        """The items a decode runs: as given, or with model.voice_guidance each item twice, B
-        with their voice and then the same B with the null voice (the perceiver's latents
-        zero, the reference spectrum kept: the model's `voice_dropout` in training)."""
-        tokens = tf.convert_to_tensor(tokens, tf.int32)
-        token_lengths = tf.cast(token_lengths, tf.int32)
-        language_ids = tf.cast(language_ids, tf.int32)
-        if self.config.voice_guidance <= 0:
-            return tokens, token_lengths, language_ids, latents
-        latents = tf.convert_to_tensor(latents)
-        null = tf.concat([tf.zeros_like(latents[:, :self.config.num_speaker_latents]),
-                          latents[:, self.config.num_speaker_latents:]], axis=1)
-        return (_twice(tokens), _twice(token_lengths), _twice(language_ids),
-                tf.concat([latents, null], axis=0))
-
-    def _guide(self, frames, stop, align):
-        """One decode step's frames [2B, r*n] (relative to the reference spectrum), stop
-        logits and text attention under model.voice_guidance w: frames + w * (frames -
-        null-voice frames) for both halves, so each item's two decodes continue the same
-        frames; the stop and attention of the voiced half. Without guidance, as given."""
-        w = self.config.voice_guidance
-        if w <= 0:
-            return frames, stop, align
-        voiced, null = tf.split(frames, 2, axis=0)
-        return (_twice(voiced + w * (voiced - null)), _twice(_first_half(stop)),
-                _twice(_first_half(align)))
 
     def _step_text_mask(self, state: "DecodeState") -> tf.Tensor:
         """The tokens step `state.step` may attend to, [B, 1, 1, T]: the decode window around
@@ -591,9 +515,9 @@ class XTTSModel(keras.Model):
         state = self.start_decode(tokens, token_lengths, language_ids, latents, max_steps)
         r = self.reduction_factor
         stop_logit = math.log(stop_threshold / (1.0 - stop_threshold))
-        tokens, token_lengths, language_ids, latents = self._guided_items(
-            tokens, token_lengths, language_ids, latents)
-        text = self.text_encoder(tokens, token_lengths, language_ids)
+        text = self.text_encoder(tf.convert_to_tensor(tokens, tf.int32),
+                                 tf.cast(token_lengths, tf.int32),
+                                 tf.cast(language_ids, tf.int32))
         latents = self.split_latents(tf.cast(latents, self.compute_dtype))[0]
         b, t_text = tf.shape(state.done)[0], tf.shape(state.text_mask)[-1]
 
@@ -607,8 +531,7 @@ class XTTSModel(keras.Model):
             frames, stop, weights = self.decoder(inputs, latents, text, windows[:, None])
             frames, stop = frames[:, -1], stop[:, -1]
             align = tf.reduce_mean(weights[:, -self.config.num_heads:], axis=1)[:, -1]
-            frames, stop, align = self._guide(frames, stop, align)
-            s = self._record(s, frames * s.scale + s.offset, stop, align, stop_logit, r)
+            s = self._record(s, frames + s.offset, stop, align, stop_logit, r)
             return s, tf.concat([inputs, frames[:, None]], axis=1), windows
 
         # The full-recompute inputs and windows grow by one step per iteration.
@@ -633,10 +556,6 @@ class XTTSModel(keras.Model):
         return tf.reshape(tf.pad(mel, [[0, 0], [0, frames - used], [0, 0]]),
                           [tf.shape(mel_before)[0], mel_before.shape[1] or frames, self.n_mels])
 
-
-# model.reference_spread: the least spread (log10 mel) a band's frames are scaled by, so a band
-# the reference hardly moves does not magnify the decoder's errors.
-SPREAD_FLOOR = 0.1
 
 # model.reference_statistics: a written frame counts as speech when its mean log10 mel is at
 # most this far (10 dB) below the reference spectrum's mean; the statistics start with this many
@@ -709,40 +628,16 @@ def _matched(mel, spectrum, reference, share: float, valid=None):
     return tf.where(move, x + share * (target - x), x)
 
 
-def _voiced_half(state: DecodeState) -> DecodeState:
-    """The first half of the items of a model.voice_guidance decode (the voiced ones), with
-    the fields `decoded` reads."""
-    return state._replace(frames=_first_half(state.frames, 1),
-                          alignments=_first_half(state.alignments, 1),
-                          done=_first_half(state.done), lengths=_first_half(state.lengths),
-                          by_stop=_first_half(state.by_stop), offset=_first_half(state.offset),
-                          matching=tuple(_first_half(m) for m in state.matching))
-
-
-def _twice(x: tf.Tensor) -> tf.Tensor:
-    """x with its items (axis 0) repeated as a second half."""
-    return tf.concat([x, x], axis=0)
-
-
-def _first_half(x: tf.Tensor, axis: int = 0) -> tf.Tensor:
-    """The first half of x along `axis` (the items)."""
-    return tf.split(x, 2, axis=axis)[0]
-
-
-def _relative(mel, spectrum, scale):
+def _relative(mel, spectrum):
     """Absolute frames mel [B, T, n] in the decoder's terms: less the reference spectrum
-    [B, n] (None: none) and over the frame scale [B, n] (None: none)."""
+    [B, n] (None: none)."""
     if spectrum is not None:
         mel = mel - tf.cast(spectrum, mel.dtype)[:, None]
-    if scale is not None:
-        mel = mel / tf.cast(scale, mel.dtype)[:, None]
     return mel
 
 
-def _absolute(frames, spectrum, scale):
+def _absolute(frames, spectrum):
     """The inverse of `_relative`."""
-    if scale is not None:
-        frames = frames * tf.cast(scale, frames.dtype)[:, None]
     if spectrum is not None:
         frames = frames + tf.cast(spectrum, frames.dtype)[:, None]
     return frames

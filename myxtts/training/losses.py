@@ -8,10 +8,6 @@
         "guided_attention"         guided-attention loss (diagonal prior) over every head of
                                    every decoder block's text attention, unweighted
         "guided_attention_weight"  its weight at `step` (linear decay to 0)
-        "speaker_contrast"         contrastive speaker loss (InfoNCE) between the speaker
-                                   embeddings of the items' own recordings and of their
-                                   references (0 when training.speaker_contrast_weight is 0:
-                                   not computed)
         "reading"                  model.reading_probe: the probe's CTC loss per token on
                                    the recording (trains the probe; 0 without)
         "reading_output"           the same on the postnet output, the probe's weights frozen
@@ -20,7 +16,6 @@
                                    + stop_loss_weight * stop: what validation ranks checkpoints
                                    and early-stops on (it does not depend on the step)
         "total"                    objective + guided_attention_weight * guided_attention
-                                   + speaker_contrast_weight * speaker_contrast
                                    + reading_loss_weight * (reading + reading_output): the
                                    loss that is differentiated
 
@@ -140,33 +135,6 @@ def guided_attention_weight(config: TrainingConfig, step) -> tf.Tensor:
     return weight * tf.maximum(0.0, 1.0 - progress)
 
 
-# Temperature of the contrastive speaker loss: cosine similarities are divided by it (the
-# scale GE2E's learned w starts from is 10, i.e. 0.1).
-SPEAKER_CONTRAST_TEMPERATURE = 0.1
-
-
-def speaker_contrast_loss(own: tf.Tensor, reference: tf.Tensor, speakers: tf.Tensor,
-                          count=None) -> tf.Tensor:
-    """InfoNCE between speaker embeddings [B, d] of each item's own recording (`own`) and of its
-    reference (`reference`, another recording of the same speaker): item i's own embedding must
-    be nearer (cosine) its reference than the references of the batch's other speakers, and its
-    reference nearer its own embedding than the other speakers' own ones (both directions,
-    averaged). Items of the same speaker (`speakers` [B], int) are not each other's negatives;
-    a batch of one speaker gives 0. Mean over items, or the sum divided by `count`."""
-    own = tf.math.l2_normalize(tf.cast(own, tf.float32), axis=-1)
-    reference = tf.math.l2_normalize(tf.cast(reference, tf.float32), axis=-1)
-    logits = tf.matmul(own, reference, transpose_b=True) / SPEAKER_CONTRAST_TEMPERATURE
-    same = tf.equal(speakers[:, None], speakers[None, :])
-    other_self = same & ~tf.cast(tf.eye(tf.shape(own)[0]), tf.bool)
-    logits = tf.where(other_self, tf.constant(-1e9, tf.float32), logits)
-    positive = tf.linalg.diag_part(logits)
-    per_item = 0.5 * (tf.reduce_logsumexp(logits, axis=1) - positive
-                      + tf.reduce_logsumexp(logits, axis=0) - positive)
-    if count is not None:
-        return tf.reduce_sum(per_item) / tf.maximum(count, 1.0)
-    return tf.reduce_mean(per_item)
-
-
 def reading_loss(logits: tf.Tensor, tokens: tf.Tensor, token_lengths: tf.Tensor,
                  mel_lengths: tf.Tensor, dense: bool, count=None) -> tf.Tensor:
     """CTC loss of the reading probe's logits [B, T_mel, vocab] against the tokens (id 0, the
@@ -217,10 +185,6 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                                                   counts.get("attention")),
         "guided_attention_weight": guided_attention_weight(c, step),
     }
-    losses["speaker_contrast"] = (
-        speaker_contrast_loss(outputs["target_speaker_embedding"], outputs["speaker_embedding"],
-                              batch["speaker"], counts.get("items"))
-        if c.speaker_contrast_weight > 0 else tf.constant(0.0))
     if "reading_logits" in outputs:
         for key in ("reading", "reading_output"):
             logits = outputs["reading_logits" if key == "reading" else "reading_logits_output"]
@@ -233,6 +197,5 @@ def compute_losses(outputs: Dict[str, tf.Tensor], batch: Dict[str, tf.Tensor],
                            + c.stop_loss_weight * losses["stop"])
     losses["total"] = (losses["objective"]
                        + losses["guided_attention_weight"] * losses["guided_attention"]
-                       + c.speaker_contrast_weight * losses["speaker_contrast"]
                        + c.reading_loss_weight * (losses["reading"] + losses["reading_output"]))
     return losses

@@ -28,7 +28,6 @@ import numpy as np
 import tensorflow as tf
 
 from myxtts.config import XTTSConfig
-from myxtts.data import audio_math
 from myxtts.errors import MyXTTSError
 from myxtts.evaluation.metrics import (alignment_measures, character_errors, dtw_mcd_matrix,
                                        mel_cepstra, text_match, word_errors)
@@ -52,8 +51,7 @@ logger = logging.getLogger("myxtts.training")
 
 # compute_losses' keys (myxtts/training/losses.py); "total" is the one differentiated.
 LOSS_NAMES = ("total", "objective", "mel", "postnet", "stop", "guided_attention",
-              "guided_attention_weight", "speaker_contrast", "reading",
-              "reading_output")
+              "guided_attention_weight", "reading", "reading_output")
 
 
 def _distinct_rows(batch: Batch) -> int:
@@ -122,14 +120,6 @@ class XTTSTrainer(Trainer):
             self.optimizer = build_optimizer(tc, model, self.precision.loss_scaling,
                                              self.schedule_clock)
             self._create_run_counters()  # batch_in_epoch counts micro-batches
-        # training.speaker_contrast_weight: the speaker encoder also hears the first
-        # reference-length stretch of each item's own mel (recorded or decoded:
-        # training.speaker_contrast_on)
-        d = config.data
-        self._contrast_frames = (audio_math.num_frames(int(d.ref_max_seconds * d.sample_rate),
-                                                       d.hop_length)
-                                 if tc.speaker_contrast_weight > 0 else 0)
-        self._contrast_on = tc.speaker_contrast_on
         step_options = dict(loss_names=LOSS_NAMES, grad_accum_steps=tc.grad_accum_steps,
                             jit_compile=tc.xla, max_nonfinite_steps=tc.max_nonfinite_steps,
                             on_micro_batch=self._count_batch, update_scales=update_scales)
@@ -168,8 +158,7 @@ class XTTSTrainer(Trainer):
                 counts=None) -> Dict[str, tf.Tensor]:
         """The losses of `batch`; under a strategy (`counts`: the global batch's loss counts,
         summed over the replicas) this replica's share of the global batch's losses."""
-        outputs = self.model(batch, training=training, contrast_frames=self._contrast_frames,
-                             contrast_on=self._contrast_on)
+        outputs = self.model(batch, training=training)
         outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
         r = self.config.model.reduction_factor
         if counts is None:
@@ -287,8 +276,7 @@ class XTTSTrainer(Trainer):
 
     def _val_step(self, batch: Batch):
         with tf.device(self.model_device):
-            outputs = self.model(batch, training=False, contrast_frames=self._contrast_frames,
-                                 contrast_on=self._contrast_on)
+            outputs = self.model(batch, training=False)
             outputs = {k: tf.cast(v, tf.float32) for k, v in outputs.items()}
             losses = compute_losses(outputs, batch, self.config.training, self.step.step,
                                     self.config.model.reduction_factor)
