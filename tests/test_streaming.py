@@ -1,5 +1,5 @@
 """Streaming synthesis (myxtts/inference/streaming.py): the joined chunks equal whole-utterance
-synthesis (HiFi-GAN, Vocos, Griffin-Lim), seams without clicks, an item the stop head ends in
+synthesis (HiFi-GAN, Vocos, Griffin-Lim), Vocos's stateful stream equals its whole mel, seams without clicks, an item the stop head ends in
 the middle of a chunk, a text of several sentences, the first chunk before the decode ends.
 
     python -m pytest tests/test_streaming.py -v
@@ -20,6 +20,7 @@ from myxtts.inference import streaming
 from myxtts.inference.model_decoder import ModelDecoder
 from myxtts.inference.synthesizer import TOKEN_PADDING, Synthesizer
 from myxtts.inference.vocoding import load_vocoder
+from myxtts.vocoder.vocos import VocosGenerator, VocosStream
 from tests.inference_helpers import REFERENCE_AUDIO, make_checkpoint, shared_vocoder_checkpoint
 from tests.model_helpers import tiny_config, tiny_model
 
@@ -61,6 +62,32 @@ def test_windowed_stage_equals_one_pass_for_any_chunking(per_frame, crossfade):
         outs = [stage.push(piece, i == len(pieces) - 1) for i, piece in enumerate(pieces)]
         joined = np.concatenate([o for o in outs if o is not None])
         np.testing.assert_allclose(joined, whole, atol=1e-5)
+
+
+def test_vocos_stream_equals_the_whole_mel_for_any_cut_and_computes_each_frame_once():
+    keras.utils.set_random_seed(0)
+    generator = VocosGenerator(16, 256, 64, 256, channels=24, layers=3)
+    mel = np.random.default_rng(1).normal(-2, 1, (90, 16)).astype(np.float32)
+    whole = np.clip(generator(mel[None]).numpy()[0], -1.0, 1.0)
+    # the first call needs the convolutions' lag of frames (12 here); pushes before it wait
+    for cuts in ([90], [13, 77], [5, 8, 1, 1, 40, 35], [30, 60, 0], [12, 1, 77]):
+        stream, outs, position = VocosStream(generator), [], 0
+        for i, n in enumerate(cuts):
+            final = i == len(cuts) - 1
+            out = stream.push(mel[position:position + n], final)
+            position += n
+            if out is not None:
+                outs.append(out)
+        joined = np.concatenate(outs)
+        assert len(joined) == len(whole)
+        np.testing.assert_allclose(joined, whole, atol=1e-6)
+    # after the first call, every push of N frames gives N frames' samples (no frame twice)
+    stream = VocosStream(generator)
+    assert stream.push(mel[:12], False) is None
+    assert len(stream.push(mel[12:40], False)) == (40 - 12) * 64 - 128
+    assert len(stream.push(mel[40:50], False)) == 10 * 64
+    assert len(stream.push(None, True)) == 12 * 64 + 128
+    assert len(VocosStream(generator).push(None, True)) == 0
 
 
 def test_ahead_keeps_order_raises_the_producers_error_and_stops_when_closed():

@@ -176,7 +176,7 @@ class CompiledStepPlacementTest(TrainerTestCase):
         self.assertEqual((t.precision.policy, t.model.dtype_policy.compute_dtype),
                          ("mixed_bfloat16", "bfloat16"))
         self.assertFalse(t.precision.loss_scaling)
-        self.assertEqual(type(t.optimizer).__name__, "AdamW")
+        self.assertEqual(type(t.optimizer).__name__, "FusedAdamW")
         self.assertTrue(bool(good["finite"]))
         self.assertTrue(0 < float(good["total"]) < 100, float(good["total"]))
         self.assertFalse(bool(bad["finite"]))

@@ -191,7 +191,7 @@ class ReadmeSequenceTest(unittest.TestCase):
 
     def test_model_and_optimizer_live_on_the_model_device(self):
         self.assertIn("Creating model on device: /CPU:1", self.first)
-        self.assertRegex(self.first, r"optimizer AdamW with \d+ variables \(slots built\); "
+        self.assertRegex(self.first, r"optimizer FusedAdamW with \d+ variables \(slots built\); "
                                      r"all on CPU:1")
 
     def test_loss_falls(self):

@@ -19,6 +19,8 @@ crossfade (scheduler.CROSSFADE_SAMPLES) over samples both windows computed, whic
 too-small context would leave (Griffin-Lim, whose phases depend on all the frames a window
 holds). The last
 chunk comes when the stop head or the length cap ends the item: its window runs to the end.
+A vocoder may bring its own stateful stage instead (`vocoder_stage`: Vocos's VocosStream keeps
+each convolution's last input frames between chunks, so no context is recomputed).
 
 The first chunk is small (`first_chunk_steps`, by default just enough frames for the two
 stages' context plus a few frames of audio: scheduler.default_first_chunk_steps) to get audio
@@ -138,6 +140,17 @@ def postnet_chunks(decoder, ids, language_id: int, latents, first_chunk_steps: i
         yield postnet.push(item.frames, item.done), item.done, item.length, item.by_stop
 
 
+def vocoder_stage(vocoder, hop_length: int, crossfade: int):
+    """The stage that vocodes one streamed sentence: the vocoder's own stateful one when it has
+    one (`streaming_stage()`, e.g. Vocos's, which recomputes no context), else WindowedStage
+    over its `window`."""
+    own = getattr(vocoder, "streaming_stage", None)
+    stage = own() if own is not None else None
+    if stage is None:
+        stage = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length, crossfade)
+    return stage
+
+
 def ahead(chunks: Iterator, depth: int = 2) -> Iterator:
     """The items of `chunks`, produced by a background thread up to `depth` items ahead of the
     consumer: the decoder and the postnet run the next chunk while the vocoder works on the
@@ -212,8 +225,7 @@ def stream_decode(decoder, vocoder, sample_rate: int, hop_length: int,
         if index != current:
             if current is not None:
                 yield pause(sample_rate)
-            vocode = WindowedStage(vocoder.window, vocoder.receptive_field, hop_length,
-                                   crossfade)
+            vocode = vocoder_stage(vocoder, hop_length, crossfade)
             current = index
         waveform = vocode.push(mel, done)
         if waveform is not None and waveform.size:

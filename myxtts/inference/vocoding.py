@@ -22,6 +22,7 @@ from myxtts.config import XTTSConfig
 from myxtts.errors import MyXTTSError
 from myxtts.inference.griffin_lim import GriffinLim
 from myxtts.run_directory import CONFIG_FILE, find_checkpoint
+from myxtts.vocoder.vocos import VocosGenerator, VocosStream
 
 logger = logging.getLogger("myxtts.inference")
 
@@ -139,6 +140,14 @@ class NeuralVocoder:
         def run(mel):
             return self.windows(mel[None])[0]
         return tf.function(run, reduce_retracing=True)
+
+    def streaming_stage(self):
+        """For streaming (streaming.vocoder_stage): a Vocos generator's VocosStream, which
+        vocodes a growing mel without recomputing any frame; None for HiFi-GAN, whose stream
+        runs windows with context."""
+        if isinstance(self.generator, VocosGenerator):
+            return VocosStream(self.generator)
+        return None
 
     def windows(self, mel, first_frame=0) -> tf.Tensor:  # pylint: disable=unused-argument
         """`window` of each of mel windows [B, T, n_mels], as one batch through the

@@ -19,7 +19,7 @@ from typing import Dict, List
 import keras
 import tensorflow as tf
 
-from myxtts.training.optimization import no_decay_variables
+from myxtts.training.optimization import FusedAdamW, no_decay_variables
 from myxtts.training.update_side import UpdateSide
 from myxtts.vocoder import losses
 
@@ -29,11 +29,10 @@ LOSS_NAMES = ("total", "mel", "stft", "adversarial", "feature_matching", "discri
 
 
 def build_gan_optimizer(vocoder_config, models: List[keras.Model], loss_scaling: bool):
-    """A built AdamW (LossScaleOptimizer when loss_scaling) for the models' trainable variables."""
+    """A built AdamW (optimization.FusedAdamW; LossScaleOptimizer when loss_scaling) for the models' trainable variables."""
     v = vocoder_config
     schedule = keras.optimizers.schedules.ExponentialDecay(v.learning_rate, 1000, v.lr_decay)
-    optimizer = keras.optimizers.AdamW(schedule, beta_1=v.beta_1, beta_2=v.beta_2,
-                                       weight_decay=WEIGHT_DECAY)
+    optimizer = FusedAdamW(schedule, beta_1=v.beta_1, beta_2=v.beta_2, weight_decay=WEIGHT_DECAY)
     optimizer.exclude_from_weight_decay(
         var_list=[w for m in models for w in no_decay_variables(m)])
     if loss_scaling:

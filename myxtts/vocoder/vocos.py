@@ -151,3 +151,114 @@ class VocosGenerator(keras.Model):
         audio = audio / tf.maximum(envelope, self._envelope_floor)
         start = self.n_fft // 2
         return audio[:, start:start + count * self.hop_length]
+
+
+class VocosStream:
+    """A Vocos generator run over a growing mel one push at a time, without recomputing any
+    frame: `push(frames [N, n_mels] or None, final) -> the samples now final (float32, clipped
+    like NeuralVocoder's) or None`. The joined pushes equal `generator(mel)` of the whole mel
+    (up to float rounding), however it is cut.
+
+    Each 7-wide convolution (the input one and every block's depthwise one) keeps the last 6
+    frames of its input between pushes, so a push computes each of its layers once per new
+    frame; a layer's output lags its input by 3 frames (its right context), which the last push
+    flushes with the "same" padding's zeros. The inverse STFT keeps the overlap-add's
+    n_fft - hop partial samples (and their window envelope) for the next push. One compiled
+    call per push; the first one needs RECEPTIVE frames (pushes before it are held), as a
+    windowed vocoder's first window does."""
+
+    def __init__(self, generator: VocosGenerator):
+        self.generator = generator
+        self.lag = 3 * (1 + len(generator.blocks))  # frames every convolution holds back
+        self.pending = None  # frames held until the first call has enough
+        self.state = None  # (convolution caches, overlap-add tail, envelope tail)
+        self.to_drop = generator.n_fft // 2  # frame 0 is centred on sample 0
+
+    def push(self, frames, final: bool):
+        if frames is not None and len(frames):
+            frames = np.asarray(frames, np.float32)
+            self.pending = frames if self.pending is None else \
+                np.concatenate([self.pending, frames])
+        if self.state is None and not final and (
+                self.pending is None or len(self.pending) <= self.lag):
+            return None
+        if self.pending is None and not final:
+            return None
+        if self.state is None and self.pending is None:  # an empty mel
+            return np.zeros([0], np.float32)
+        mel = self.pending if self.pending is not None else \
+            np.zeros([0, self.generator.n_mels], np.float32)
+        self.pending = None
+        first = self.state is None
+        state = self._initial_state() if first else self.state
+        audio, self.state = _stream_call(self.generator, first, final)(
+            tf.constant(mel[None]), state)
+        audio = audio.numpy()[0]
+        if self.to_drop:
+            dropped = min(self.to_drop, len(audio))
+            audio, self.to_drop = audio[dropped:], self.to_drop - dropped
+        return np.clip(audio, -1.0, 1.0)
+
+    def _initial_state(self):
+        g = self.generator
+        caches = [tf.zeros([1, 0, g.n_mels])] + [
+            tf.zeros([1, 0, g.conv_pre.filters]) for _ in g.blocks]
+        tail = tf.zeros([1, g.n_fft - g.hop_length])
+        return caches, tail, tf.zeros([g.n_fft - g.hop_length])
+
+
+def _stream_call(generator: VocosGenerator, first: bool, final: bool):
+    """The compiled push of `generator` for (first, final): (mel [1, N, n_mels], state) ->
+    (samples [1, S], state), cached on the generator."""
+    calls = generator.__dict__.setdefault("_stream_calls", {})
+    if (first, final) not in calls:
+        calls[(first, final)] = tf.function(
+            lambda mel, state: _stream_step(generator, mel, state, first, final),
+            reduce_retracing=True)
+    return calls[(first, final)]
+
+
+def _conv7(x, cache, kernel, bias, depthwise: bool, first: bool, final: bool):
+    """A 7-wide "same" convolution over the frames `x` that follow its cached input: (the
+    outputs whose right context is in, the inputs they are centred on, the new cache of the
+    last 6 inputs)."""
+    zeros = tf.zeros([tf.shape(x)[0], 3, tf.shape(x)[2]], x.dtype)
+    parts = ([zeros] if first else [cache]) + [x] + ([zeros] if final else [])
+    buffer = tf.concat(parts, axis=1)
+    kernel = tf.cast(kernel, x.dtype)
+    if depthwise:
+        y = tf.nn.depthwise_conv2d(buffer[:, None], kernel[None], [1, 1, 1, 1], "VALID")[:, 0]
+    else:
+        y = tf.nn.conv1d(buffer, kernel, 1, "VALID")
+    return y + tf.cast(bias, y.dtype), buffer[:, 3:-3], buffer[:, -6:]
+
+
+def _stream_step(g: VocosGenerator, mel, state, first: bool, final: bool):
+    caches, tail, envelope_tail = state
+    x, _, cache = _conv7(mel, caches[0], g.conv_pre.kernel, g.conv_pre.bias, False, first,
+                         final)
+    new_caches = [cache]
+    x = g.norm_pre(x)
+    for block, cache in zip(g.blocks, caches[1:]):
+        y, residual, cache = _conv7(x, cache, block.depthwise.kernel, block.depthwise.bias,
+                                    True, first, final)
+        new_caches.append(cache)
+        y = block.project(block.expand(block.norm(y)))
+        x = residual + tf.cast(block.scale, y.dtype) * y
+    out = g.head(g.norm_post(x))
+    bins = g.n_fft // 2 + 1
+    magnitude = tf.exp(tf.minimum(out[..., :bins], MAX_LOG_MAGNITUDE))
+    phase = out[..., bins:]
+    frames = tf.signal.irfft(tf.complex(magnitude * tf.cos(phase), magnitude * tf.sin(phase)),
+                             [g.n_fft]) * g._window  # pylint: disable=protected-access
+    count = tf.shape(frames)[1]
+    keep = g.n_fft - g.hop_length
+    audio = tf.signal.overlap_and_add(frames, g.hop_length)
+    envelope = tf.signal.overlap_and_add(tf.tile(tf.square(g._window)[None], [count, 1]),
+                                         g.hop_length)  # pylint: disable=protected-access
+    audio = tf.concat([audio[:, :keep] + tail, audio[:, keep:]], axis=1)
+    envelope = tf.concat([envelope[:keep] + envelope_tail, envelope[keep:]], axis=0)
+    done = count * g.hop_length + (g.n_fft // 2 if final else 0)
+    out_audio = audio[:, :done] / tf.maximum(envelope[:done], g._envelope_floor)  # pylint: disable=protected-access
+    return out_audio, (new_caches, audio[:, count * g.hop_length:],
+                       envelope[count * g.hop_length:])
