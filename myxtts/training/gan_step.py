@@ -29,7 +29,8 @@ LOSS_NAMES = ("total", "mel", "stft", "adversarial", "feature_matching", "discri
 
 
 def build_gan_optimizer(vocoder_config, models: List[keras.Model], loss_scaling: bool):
-    """A built AdamW (optimization.FusedAdamW; LossScaleOptimizer when loss_scaling) for the models' trainable variables."""
+    """A built AdamW (optimization.FusedAdamW; LossScaleOptimizer when loss_scaling) for the
+    models' trainable variables."""
     v = vocoder_config
     schedule = keras.optimizers.schedules.ExponentialDecay(v.learning_rate, 1000, v.lr_decay)
     optimizer = FusedAdamW(schedule, beta_1=v.beta_1, beta_2=v.beta_2, weight_decay=WEIGHT_DECAY)
