@@ -38,6 +38,10 @@ class FusedAdamW(keras.optimizers.AdamW):
     and runs fewer kernels (benchmarks/bench_optimizer.py). Variables that are not float32
     take Keras's own update."""
 
+    def __init__(self, *args, name: str = "adam_w", **kwargs):
+        # Keras AdamW's own name, so every slot keeps its path (adam_w/<variable>_momentum).
+        super().__init__(*args, name=name, **kwargs)
+
     def _apply_weight_decay(self, variables):
         """Applied by update_step instead, first, as Keras applies it before the update."""
 
