@@ -117,16 +117,18 @@ class VocosGenerator(keras.Model):
         x = self.norm_pre(self.conv_pre(mel))
         for block in self.blocks:
             x = block(x)
+        return self._inverse_stft(self._head_frames(x))
+
+    def _head_frames(self, x):
+        """The head's inverse FFT frames [B, T, n_fft] of the last block's outputs x."""
         out = self.head(self.norm_post(x))
         bins = self.n_fft // 2 + 1
         magnitude = tf.exp(tf.minimum(out[..., :bins], MAX_LOG_MAGNITUDE))
         phase = out[..., bins:]
         real, imag = magnitude * tf.cos(phase), magnitude * tf.sin(phase)
         if in_static_context():  # on-device graphs: no complex tensors, no IRFFT op
-            frames = self._inverse_rfft_as_matmul(real, imag)
-        else:
-            frames = tf.signal.irfft(tf.complex(real, imag), [self.n_fft])
-        return self._inverse_stft(frames)
+            return self._inverse_rfft_as_matmul(real, imag)
+        return tf.signal.irfft(tf.complex(real, imag), [self.n_fft])
 
     def _inverse_rfft_as_matmul(self, real, imag):
         """tf.signal.irfft of real + i*imag [B, T, bins] as two matrix products with the inverse
@@ -164,8 +166,9 @@ class VocosStream:
     frame; a layer's output lags its input by 3 frames (its right context), which the last push
     flushes with the "same" padding's zeros. The inverse STFT keeps the overlap-add's
     n_fft - hop partial samples (and their window envelope) for the next push. One compiled
-    call per push; the first one needs RECEPTIVE frames (pushes before it are held), as a
-    windowed vocoder's first window does."""
+    call per push; the first call needs more frames than the convolutions' lag (3 per
+    convolution; pushes before it are held), as a windowed vocoder's first window needs its
+    context."""
 
     def __init__(self, generator: VocosGenerator):
         self.generator = generator
@@ -245,12 +248,7 @@ def _stream_step(g: VocosGenerator, mel, state, first: bool, final: bool):
         new_caches.append(cache)
         y = block.project(block.expand(block.norm(y)))
         x = residual + tf.cast(block.scale, y.dtype) * y
-    out = g.head(g.norm_post(x))
-    bins = g.n_fft // 2 + 1
-    magnitude = tf.exp(tf.minimum(out[..., :bins], MAX_LOG_MAGNITUDE))
-    phase = out[..., bins:]
-    frames = tf.signal.irfft(tf.complex(magnitude * tf.cos(phase), magnitude * tf.sin(phase)),
-                             [g.n_fft]) * g._window  # pylint: disable=protected-access
+    frames = g._head_frames(x) * g._window  # pylint: disable=protected-access
     count = tf.shape(frames)[1]
     keep = g.n_fft - g.hop_length
     audio = tf.signal.overlap_and_add(frames, g.hop_length)
